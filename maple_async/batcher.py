@@ -1,0 +1,212 @@
+"""The batching inference coroutine.
+
+Every battle that needs a decision calls :meth:`InferenceBatcher.decide` with its encoded
+observation and action mask and awaits the result. One coroutine (:meth:`run`) collects
+requests and flushes a batch when
+
+* the batch is full (``max_batch_size``), or
+* every live battle side is waiting (nothing else can arrive), or
+* ``max_wait_ms`` have passed since the *first* pending request arrived,
+
+then runs one forward pass for the whole batch and resolves the futures. Large batches
+run their forward pass in a worker thread so the event loop keeps serving websockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, NamedTuple, Optional
+
+import numpy as np
+
+from .hidden import HiddenStates
+
+log = logging.getLogger("maple_async.batcher")
+
+
+class Decision(NamedTuple):
+    action: int  # -1: the forward pass failed; the caller falls back to a default order
+    logp: float
+    value: float
+    version: int  # policy version that produced it
+
+
+@dataclass(slots=True)
+class _Request:
+    key: Hashable
+    generation: int
+    obs: np.ndarray
+    mask: np.ndarray
+    future: asyncio.Future
+    arrived: float
+
+
+@dataclass
+class BatcherStats:
+    batches: int = 0
+    decisions: int = 0
+    reasons: Counter = field(default_factory=Counter)  # full / all_waiting / timeout
+    batch_sizes: list = field(default_factory=list)  # one entry per batch (bounded)
+    forward_s: float = 0.0
+    failed_batches: int = 0
+    failed_decisions: int = 0
+
+    def record(self, size: int, reason: str, forward_s: float) -> None:
+        self.batches += 1
+        self.decisions += size
+        self.reasons[reason] += 1
+        self.forward_s += forward_s
+        if len(self.batch_sizes) < 200_000:
+            self.batch_sizes.append(size)
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.decisions / self.batches if self.batches else 0.0
+
+
+class InferenceBatcher:
+    """Dynamic batcher in front of an ``InferencePolicy``-like object (``act``, ``version``)."""
+
+    def __init__(self, policy, hidden: HiddenStates, *, max_batch_size: int = 256,
+                 max_wait_ms: float = 2.0, offload_min_batch: int = 16,
+                 live_count: Optional[Callable[[], int]] = None):
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        self.policy = policy
+        self.hidden = hidden
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.offload_min_batch = offload_min_batch
+        # Live battle sides that may still ask; default: those holding a hidden state.
+        self.live_count = live_count or (lambda: len(self.hidden))
+        self.stats = BatcherStats()
+        self._pending: list[_Request] = []
+        self._wakeup: Optional[asyncio.Event] = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="maple-forward")
+        self._pending_weights = None
+        self._task: Optional[asyncio.Task] = None
+        self._closed = False
+
+    # -- producer side ------------------------------------------------------------------
+    def decide(self, key: Hashable, generation: int, obs: np.ndarray, mask: np.ndarray) -> asyncio.Future:
+        """Queue one decision; the returned future resolves to a :class:`Decision`."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if self._closed:
+            fut.set_exception(RuntimeError("batcher is closed"))
+            return fut
+        self._pending.append(_Request(key, generation, obs, mask, fut, time.perf_counter()))
+        if self._wakeup is not None:
+            self._wakeup.set()
+        return fut
+
+    def notify(self) -> None:
+        """Re-check flush rules (e.g. a battle ended, so 'all waiting' may now hold)."""
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def set_weights(self, state_dict, version: Optional[int] = None) -> None:
+        """Install new weights before the next batch (never during a forward pass)."""
+        self._pending_weights = (state_dict, version)
+        self.notify()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # -- the coroutine ------------------------------------------------------------------
+    def start(self) -> asyncio.Task:
+        if self._task is not None and not self._task.done():
+            return self._task
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="maple-batcher")
+        return self._task
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for r in self._pending:
+            if not r.future.done():
+                r.future.cancel()
+        self._pending.clear()
+        self._executor.shutdown(wait=False)
+
+    def _flush_reason(self, now: float) -> Optional[str]:
+        n = len(self._pending)
+        if n == 0:
+            return None
+        if n >= self.max_batch_size:
+            return "full"
+        if n >= self.live_count():
+            return "all_waiting"
+        if now - self._pending[0].arrived >= self.max_wait_s:
+            return "timeout"
+        return None
+
+    async def run(self) -> None:
+        self._wakeup = asyncio.Event()
+        while True:
+            self._apply_weights()
+            reason = self._flush_reason(time.perf_counter())
+            if reason is None:
+                self._wakeup.clear()
+                if self._pending:
+                    remaining = self._pending[0].arrived + self.max_wait_s - time.perf_counter()
+                    try:
+                        await asyncio.wait_for(self._wakeup.wait(), max(remaining, 0.0))
+                    except asyncio.TimeoutError:
+                        pass
+                else:
+                    await self._wakeup.wait()
+                continue
+            batch = self._pending[:self.max_batch_size]
+            del self._pending[:self.max_batch_size]
+            await self._flush(batch, reason)
+
+    def _apply_weights(self) -> None:
+        if self._pending_weights is not None:
+            state_dict, version = self._pending_weights
+            self._pending_weights = None
+            self.policy.load_state_dict(state_dict, version)
+
+    async def _flush(self, batch: list[_Request], reason: str) -> None:
+        keys = [r.key for r in batch]
+        gens = [r.generation for r in batch]
+        obs = np.stack([r.obs for r in batch])
+        mask = np.stack([r.mask for r in batch])
+        hidden = self.hidden.gather(keys, gens)
+        version = self.policy.version
+        t0 = time.perf_counter()
+        try:
+            if len(batch) >= self.offload_min_batch:
+                loop = asyncio.get_running_loop()
+                actions, logps, values, new_hidden = await loop.run_in_executor(
+                    self._executor, self.policy.act, obs, mask, hidden)
+            else:
+                actions, logps, values, new_hidden = self.policy.act(obs, mask, hidden)
+        except Exception as e:  # a failed forward must not stall every battle
+            self.stats.failed_batches += 1
+            self.stats.failed_decisions += len(batch)
+            if self.stats.failed_batches == 1 or self.stats.failed_batches % 100 == 0:
+                log.error("forward pass failed (%d batches, %d decisions so far): %r",
+                          self.stats.failed_batches, self.stats.failed_decisions, e)
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_result(Decision(-1, 0.0, 0.0, version))
+            return
+        self.stats.record(len(batch), reason, time.perf_counter() - t0)
+        put = self.hidden.put
+        for i, r in enumerate(batch):
+            if self.hidden.hidden_dim:
+                put(r.key, r.generation, new_hidden[i])
+            if not r.future.done():
+                r.future.set_result(Decision(int(actions[i]), float(logps[i]), float(values[i]), version))

@@ -1,0 +1,318 @@
+"""Typed run configuration: one dataclass per section, loaded from YAML, validated once.
+
+Every key can be overridden from the command line as ``--section.key VALUE`` (the CLI
+also offers short aliases such as ``--concurrency``). Unknown keys and wrongly-typed
+values are rejected with a :class:`ConfigError` that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A user error in the configuration (bad key, type or value)."""
+
+
+@dataclass
+class ServerConfig:
+    # URL of an existing server (``ws://host:port`` or ``http://host:port``);
+    # None starts a managed loopback server.
+    url: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = pick a free port
+    home: Optional[str] = None  # where Showdown is installed; default ~/.cache/maple-async
+    start_timeout_s: float = 180.0
+
+
+@dataclass
+class RunnerConfig:
+    battle_format: str = "gen9randombattle"
+    concurrency: int = 64  # battles in flight per player
+    opponent: str = "self"  # self | random | max_power | heuristics
+    device: str = "auto"  # auto | cpu | cuda | mps
+    battle_timeout_s: float = 300.0  # a battle silent this long is abandoned
+    seed: Optional[int] = None
+
+
+@dataclass
+class BatcherConfig:
+    max_batch_size: int = 256
+    max_wait_ms: float = 2.0  # measured from the first pending request
+    # Batches at least this large run their forward pass in a worker thread so the
+    # event loop keeps serving websockets; smaller ones run inline (cheaper).
+    offload_min_batch: int = 16
+
+
+@dataclass
+class NetworkConfig:
+    kind: str = "lstm"  # mlp | lstm | attention
+    hidden_size: int = 128
+    num_layers: int = 1
+    attention_heads: int = 4
+
+
+@dataclass
+class RewardConfig:
+    win: float = 1.0  # +win on a win, -win on a loss (given once, at the end)
+    hp: float = 0.0  # per unit change of (own HP fraction sum - opponent's)
+    faint: float = 0.0  # per opponent faint (+) / own faint (-)
+    turn_penalty: float = 0.0  # subtracted every decision
+
+
+@dataclass
+class PPOConfig:
+    algo: str = "ppo"  # ppo | reinforce
+    lr: float = 3e-4
+    lr_schedule: str = "constant"  # constant | linear
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    epochs: int = 4
+    minibatch_sequences: int = 32  # sequences per minibatch
+    bptt_length: int = 0  # 0 = whole battle
+    normalize_advantages: bool = True
+
+
+@dataclass
+class TrainConfig:
+    battles_per_update: int = 64
+    total_battles: int = 2000
+    max_minutes: float = 0.0  # 0 = no time limit
+    opponents: str = "self:1.0"  # e.g. "self:0.5,league:0.3,heuristics:0.2"
+    league_size: int = 5
+    league_every_updates: int = 10
+    checkpoint_every_updates: int = 10
+    run_dir: str = "runs/default"
+    eval_battles: int = 0  # at the end of training, per baseline; 0 = skip
+    tensorboard: bool = True
+
+
+@dataclass
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    batcher: BatcherConfig = field(default_factory=BatcherConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+SECTIONS: dict[str, type] = typing.get_type_hints(Config)
+_CHOICES = {
+    "runner.opponent": ("self", "random", "max_power", "heuristics"),
+    "runner.device": ("auto", "cpu", "cuda", "mps"),
+    "network.kind": ("mlp", "lstm", "attention"),
+    "ppo.algo": ("ppo", "reinforce"),
+    "ppo.lr_schedule": ("constant", "linear"),
+}
+_POSITIVE = (
+    "runner.concurrency",
+    "runner.battle_timeout_s",
+    "batcher.max_batch_size",
+    "batcher.offload_min_batch",
+    "network.hidden_size",
+    "network.num_layers",
+    "network.attention_heads",
+    "ppo.lr",
+    "ppo.epochs",
+    "ppo.minibatch_sequences",
+    "train.battles_per_update",
+    "train.total_battles",
+    "server.start_timeout_s",
+)
+_NON_NEGATIVE = (
+    "batcher.max_wait_ms",
+    "server.port",
+    "ppo.bptt_length",
+    "ppo.clip_coef",
+    "ppo.max_grad_norm",
+    "train.max_minutes",
+    "train.league_size",
+    "train.eval_battles",
+)
+
+
+def _section_types(section_cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(section_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section_cls)}
+
+
+def _check_type(key: str, value: Any, annotation: Any) -> Any:
+    """Return ``value`` coerced to ``annotation`` or raise ConfigError naming ``key``."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if value is None and type(None) in args:
+            return None
+        (annotation,) = [a for a in args if a is not type(None)]
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - only the types above are used
+        raise TypeError(f"unsupported annotation {annotation!r} for {key}")
+    raise ConfigError(
+        f"config key '{key}' must be {annotation.__name__}, got {value!r} "
+        f"({type(value).__name__})"
+    )
+
+
+def _apply(cfg: Config, key: str, value: Any) -> None:
+    section, _, name = key.partition(".")
+    if section not in SECTIONS or not name:
+        raise ConfigError(
+            f"unknown config key '{key}' (sections: {', '.join(SECTIONS)})"
+        )
+    section_obj = getattr(cfg, section)
+    fields = _section_types(type(section_obj))
+    if name not in fields:
+        raise ConfigError(
+            f"unknown config key '{key}' (known in '{section}': {', '.join(fields)})"
+        )
+    setattr(section_obj, name, _check_type(key, value, fields[name]))
+
+
+def validate(cfg: Config) -> Config:
+    for key, choices in _CHOICES.items():
+        value = get_key(cfg, key)
+        if value not in choices:
+            raise ConfigError(
+                f"config key '{key}' must be one of {', '.join(choices)}, got {value!r}"
+            )
+    for key in _POSITIVE:
+        if get_key(cfg, key) <= 0:
+            raise ConfigError(f"config key '{key}' must be > 0, got {get_key(cfg, key)!r}")
+    for key in _NON_NEGATIVE:
+        if get_key(cfg, key) < 0:
+            raise ConfigError(f"config key '{key}' must be >= 0, got {get_key(cfg, key)!r}")
+    if cfg.server.url is None and cfg.server.host not in ("127.0.0.1", "localhost", "::1"):
+        # The managed server runs with --no-security; never expose it.
+        raise ConfigError(
+            f"config key 'server.host' must be a loopback address for a managed server "
+            f"(it runs with --no-security), got {cfg.server.host!r}"
+        )
+    parse_opponent_mix(cfg.train.opponents)
+    return cfg
+
+
+def get_key(cfg: Config, key: str) -> Any:
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name)
+
+
+OPPONENT_KINDS = ("self", "league", "random", "max_power", "heuristics")
+
+
+def parse_opponent_mix(spec: str) -> dict[str, float]:
+    """Parse ``"self:0.5,league:0.3,heuristics:0.2"`` into normalised weights."""
+    mix: dict[str, float] = {}
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, weight = part.partition(":")
+        name = name.strip()
+        if name not in OPPONENT_KINDS:
+            raise ConfigError(
+                f"config key 'train.opponents': unknown opponent '{name}' "
+                f"(known: {', '.join(OPPONENT_KINDS)})"
+            )
+        try:
+            w = float(weight) if weight else 1.0
+        except ValueError:
+            raise ConfigError(
+                f"config key 'train.opponents': weight for '{name}' must be a number, "
+                f"got {weight!r}"
+            ) from None
+        if w < 0:
+            raise ConfigError(f"config key 'train.opponents': weight for '{name}' is negative")
+        mix[name] = mix.get(name, 0.0) + w
+    total = sum(mix.values())
+    if total <= 0:
+        raise ConfigError("config key 'train.opponents' needs at least one positive weight")
+    return {k: v / total for k, v in mix.items() if v > 0}
+
+
+def from_dict(data: dict[str, Any], base: Optional[Config] = None) -> Config:
+    cfg = base if base is not None else Config()
+    if not isinstance(data, dict):
+        raise ConfigError("config file must be a mapping of sections")
+    for section, values in data.items():
+        if section not in SECTIONS:
+            raise ConfigError(
+                f"unknown config section '{section}' (known: {', '.join(SECTIONS)})"
+            )
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section '{section}' must be a mapping")
+        for name, value in values.items():
+            _apply(cfg, f"{section}.{name}", value)
+    return cfg
+
+
+def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None) -> Config:
+    """Load YAML at ``path`` (or defaults), apply ``overrides`` (``section.key``), validate."""
+    cfg = Config()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            raise ConfigError(f"malformed YAML in {p}{where}: {getattr(e, 'problem', e)}") from None
+        from_dict(data, cfg)
+    for key, value in (overrides or {}).items():
+        _apply(cfg, key, value)
+    return validate(cfg)
+
+
+def parse_override_value(text: str) -> Any:
+    """Command-line override values are YAML scalars: ``3``, ``0.5``, ``true``, ``null``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def all_keys() -> list[tuple[str, Any]]:
+    """Every ``section.key`` with its annotation, for generating CLI flags."""
+    out = []
+    for section, cls in SECTIONS.items():
+        for name, ann in _section_types(cls).items():
+            out.append((f"{section}.{name}", ann))
+    return out
+
+
+def from_saved(data: dict[str, Any]) -> Config:
+    """Rebuild a Config saved inside a checkpoint."""
+    return validate(from_dict(data))

@@ -1,0 +1,238 @@
+"""Stateless policy/value networks: ``forward(x, hidden) -> ((logits, value), new_hidden)``.
+
+Hidden state is never stored on the module; the caller (the runner's per-battle hidden
+dict, or the learner's unroll) owns it. Every network exposes its hidden state as one
+flat tensor ``[batch, hidden_dim]`` (``hidden_dim`` is 0 for the MLP), so callers can
+keep one row per battle without knowing the architecture.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from . import encoding as enc
+
+
+class PolicyNetwork(nn.Module):
+    """Base class. Subclasses implement ``_core(features[B,T,F], hidden) -> (y[B,T,H], hidden)``."""
+
+    hidden_dim: int = 0
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int):
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.n_actions = n_actions
+        self.hidden_size = hidden_size
+        self.policy_head = nn.Linear(hidden_size, n_actions)
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
+        nn.init.zeros_(self.policy_head.bias)
+        nn.init.orthogonal_(self.value_head.weight, gain=1.0)
+        nn.init.zeros_(self.value_head.bias)
+
+    def initial_hidden(self, batch: int, device: Optional[torch.device] = None) -> torch.Tensor:
+        return torch.zeros(batch, self.hidden_dim, device=device)
+
+    def forward(self, x: torch.Tensor, hidden: torch.Tensor):
+        """One decision for a batch of battles: ``x [B, obs_dim]``, ``hidden [B, hidden_dim]``."""
+        y, new_hidden = self._core(x.unsqueeze(1), hidden, detach_every=0)
+        y = y.squeeze(1)
+        return (self.policy_head(y), self.value_head(y).squeeze(-1)), new_hidden
+
+    def forward_sequence(self, x: torch.Tensor, hidden: torch.Tensor, detach_every: int = 0):
+        """Unroll over time: ``x [B, T, obs_dim]`` from ``hidden [B, hidden_dim]``.
+
+        ``detach_every > 0`` cuts gradients every that many steps (truncated BPTT) while
+        the forward values stay those of the full recomputed sequence.
+        Returns ``logits [B, T, A]``, ``values [B, T]``.
+        """
+        y, _ = self._core(x, hidden, detach_every=detach_every)
+        return self.policy_head(y), self.value_head(y).squeeze(-1)
+
+    def _core(self, x, hidden, detach_every):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _mlp(inp: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(inp, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+
+
+class MLPPolicy(PolicyNetwork):
+    """No memory: each decision sees only the current observation."""
+
+    hidden_dim = 0
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, **_):
+        super().__init__(obs_dim, n_actions, hidden_size)
+        self.body = _mlp(obs_dim, hidden_size)
+
+    def _core(self, x, hidden, detach_every):
+        return self.body(x), hidden
+
+
+class _Recurrent(PolicyNetwork):
+    """Shared LSTM core over per-step features; hidden = [h; c] of every layer, flattened."""
+
+    def __init__(self, feat_dim: int, obs_dim: int, n_actions: int, hidden_size: int, num_layers: int):
+        super().__init__(obs_dim, n_actions, hidden_size)
+        self.num_layers = num_layers
+        self.hidden_dim = 2 * num_layers * hidden_size
+        self.lstm = nn.LSTM(feat_dim, hidden_size, num_layers=num_layers, batch_first=True)
+
+    def _split(self, hidden: torch.Tensor):
+        b = hidden.shape[0]
+        lh = self.num_layers * self.hidden_size
+        h = hidden[:, :lh].reshape(b, self.num_layers, self.hidden_size).transpose(0, 1).contiguous()
+        c = hidden[:, lh:].reshape(b, self.num_layers, self.hidden_size).transpose(0, 1).contiguous()
+        return h, c
+
+    @staticmethod
+    def _join(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        b = h.shape[1]
+        return torch.cat([h.transpose(0, 1).reshape(b, -1), c.transpose(0, 1).reshape(b, -1)], dim=1)
+
+    def _features(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _core(self, x, hidden, detach_every):
+        feats = self._features(x)
+        h, c = self._split(hidden)
+        t_total = feats.shape[1]
+        if detach_every <= 0 or detach_every >= t_total:
+            y, (h, c) = self.lstm(feats, (h, c))
+            return y, self._join(h, c)
+        outs = []
+        for t0 in range(0, t_total, detach_every):
+            if t0 > 0:
+                h, c = h.detach(), c.detach()
+            y, (h, c) = self.lstm(feats[:, t0:t0 + detach_every], (h, c))
+            outs.append(y)
+        return torch.cat(outs, dim=1), self._join(h, c)
+
+
+class LSTMPolicy(_Recurrent):
+    """MLP encoder -> LSTM -> policy and value heads."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1, **_):
+        super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers)
+        self.encoder = _mlp(obs_dim, hidden_size)
+
+    def _features(self, x):
+        return self.encoder(x)
+
+
+class AttentionPolicy(_Recurrent):
+    """Self-attention over entity tokens (12 Pokémon, 4 moves, field) -> LSTM -> heads.
+
+    The token layout follows :mod:`maple_async.encoding`; a learned embedding tells
+    apart own/opponent/move/field tokens.
+    """
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1,
+                 attention_heads: int = 4, **_):
+        if obs_dim != enc.OBS_DIM:
+            raise ValueError("AttentionPolicy needs the maple_async.encoding layout")
+        super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers)
+        d = hidden_size
+        self.poke_embed = nn.Linear(enc.POKE_DIM, d)
+        self.move_embed = nn.Linear(enc.MOVE_DIM, d)
+        self.field_embed = nn.Linear(enc.FIELD_DIM, d)
+        self.kind_embed = nn.Parameter(torch.zeros(4, d))  # own, opponent, move, field
+        layer = nn.TransformerEncoderLayer(d, attention_heads, dim_feedforward=2 * d,
+                                           batch_first=True, dropout=0.0)
+        self.attn = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+        self.pool = nn.Linear(17 * d, d)
+
+    def _features(self, x):
+        b, t, _ = x.shape
+        flat = x.reshape(b * t, -1)
+        own = flat[:, enc.OWN_TEAM:enc.OPP_TEAM].reshape(-1, 6, enc.POKE_DIM)
+        opp = flat[:, enc.OPP_TEAM:enc.MOVES].reshape(-1, 6, enc.POKE_DIM)
+        moves = flat[:, enc.MOVES:enc.FIELD].reshape(-1, 4, enc.MOVE_DIM)
+        field = flat[:, enc.FIELD:].unsqueeze(1)
+        tokens = torch.cat([
+            self.poke_embed(own) + self.kind_embed[0],
+            self.poke_embed(opp) + self.kind_embed[1],
+            self.move_embed(moves) + self.kind_embed[2],
+            self.field_embed(field) + self.kind_embed[3],
+        ], dim=1)
+        y = self.attn(tokens)
+        return torch.relu(self.pool(y.reshape(b * t, -1))).reshape(b, t, -1)
+
+
+NETWORKS = {"mlp": MLPPolicy, "lstm": LSTMPolicy, "attention": AttentionPolicy}
+
+
+def build(kind: str, hidden_size: int = 128, num_layers: int = 1, attention_heads: int = 4,
+          obs_dim: int = enc.OBS_DIM, n_actions: int = enc.N_ACTIONS) -> PolicyNetwork:
+    if kind not in NETWORKS:
+        raise ValueError(f"unknown network '{kind}' (known: {', '.join(NETWORKS)})")
+    return NETWORKS[kind](obs_dim, n_actions, hidden_size=hidden_size, num_layers=num_layers,
+                          attention_heads=attention_heads)
+
+
+def from_config(net_cfg) -> PolicyNetwork:
+    return build(net_cfg.kind, net_cfg.hidden_size, net_cfg.num_layers, net_cfg.attention_heads)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` = cuda > mps > cpu. Asking for an absent device is a clear error."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but torch.cuda.is_available() is False")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("--device mps was requested but MPS is not available")
+    return torch.device(name)
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Illegal actions get -inf-like logits. Used identically at collection and update."""
+    return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+
+
+class InferencePolicy:
+    """A network on a device, used for batched acting (no gradients).
+
+    One host->device copy of the inputs and one device->host copy of the outputs per
+    batch. Weights can be swapped between batches with :meth:`load_state_dict`.
+    """
+
+    def __init__(self, network: PolicyNetwork, device: torch.device | str = "cpu", greedy: bool = False):
+        self.device = torch.device(device)
+        self.network = network.to(self.device).eval()
+        self.hidden_dim = network.hidden_dim
+        self.greedy = greedy
+        self.version = 0
+
+    def load_state_dict(self, state_dict, version: Optional[int] = None) -> None:
+        self.network.load_state_dict(state_dict)
+        self.version = self.version + 1 if version is None else version
+
+    @torch.no_grad()
+    def act(self, obs, mask, hidden: torch.Tensor):
+        """``obs [B, D]`` and ``mask [B, A]`` numpy arrays; ``hidden [B, H]`` CPU tensor.
+
+        Returns numpy ``actions, logps, values`` and the new hidden state on the CPU.
+        """
+        dev = self.device
+        x = torch.from_numpy(obs).to(dev, non_blocking=True)
+        m = torch.from_numpy(mask).to(dev, non_blocking=True)
+        h = hidden.to(dev, non_blocking=True)
+        (logits, values), new_h = self.network(x, h)
+        logp_all = torch.log_softmax(masked_logits(logits, m), dim=-1)
+        if self.greedy:
+            actions = logp_all.argmax(dim=-1)
+        else:
+            actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+        logps = logp_all.gather(1, actions.unsqueeze(1)).squeeze(1)
+        out = torch.stack([actions.to(logps.dtype), logps, values], dim=0).cpu()
+        return (out[0].long().numpy(), out[1].numpy(), out[2].numpy(),
+                new_h.cpu() if self.hidden_dim else hidden)

@@ -1,0 +1,66 @@
+"""Composite battle reward, counted once.
+
+The reward of decision *t* is the change of the shaped quantities between decision *t*
+and decision *t+1* (or the battle's end), plus the win/loss term once at the end. Each
+component's running sum is kept so that per-component totals can be logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import RewardConfig
+
+COMPONENTS = ("win", "hp", "faint", "turn")
+
+
+def _side_state(battle) -> tuple[float, int, float, int]:
+    own_hp = own_fainted = 0.0
+    for mon in battle.team.values():
+        own_hp += mon.current_hp_fraction
+        own_fainted += mon.fainted
+    opp_hp = 0.0
+    opp_fainted = 0
+    seen = 0
+    for mon in battle.opponent_team.values():
+        opp_hp += mon.current_hp_fraction
+        opp_fainted += mon.fainted
+        seen += 1
+    # Unrevealed opponents are at full HP.
+    team_size = max(len(battle.team), 6)
+    opp_hp += max(team_size - seen, 0)
+    return own_hp, int(own_fainted), opp_hp, opp_fainted
+
+
+@dataclass
+class RewardTracker:
+    cfg: RewardConfig
+    totals: dict = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
+    _last: tuple | None = None
+
+    def _shaped(self, battle) -> tuple[float, float]:
+        own_hp, own_f, opp_hp, opp_f = _side_state(battle)
+        return own_hp - opp_hp, float(opp_f - own_f)
+
+    def step(self, battle) -> float:
+        """Reward earned since the previous call (0 on the first); call once per decision."""
+        hp = faint = 0.0
+        if self.cfg.hp or self.cfg.faint:
+            now = self._shaped(battle)
+            if self._last is not None:
+                hp = self.cfg.hp * (now[0] - self._last[0])
+                faint = self.cfg.faint * (now[1] - self._last[1])
+            self._last = now
+        turn = -self.cfg.turn_penalty
+        self.totals["hp"] += hp
+        self.totals["faint"] += faint
+        self.totals["turn"] += turn
+        return hp + faint + turn
+
+    def final(self, battle) -> float:
+        """Reward for the last decision's outcome: shaped change plus win/loss (once)."""
+        r = self.step(battle) + self.cfg.turn_penalty  # no turn penalty after the end
+        self.totals["turn"] += self.cfg.turn_penalty
+        win = self.cfg.win if battle.won else (-self.cfg.win if battle.lost else 0.0)
+        self.totals["win"] += win
+        return r + win

@@ -1,0 +1,330 @@
+"""Managed local Pokémon Showdown servers: install, configure, start, health-check, stop.
+
+The npm package ``pokemon-showdown`` (pinned) is installed once into a cache folder
+(``~/.cache/maple-async`` or ``$MAPLE_ASYNC_HOME``). Every managed server binds
+127.0.0.1 and runs with ``--no-security`` (no throttles), which is only safe on loopback.
+Several servers may run from one install on different ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import aiohttp
+
+SHOWDOWN_VERSION = "0.11.11"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# Overrides merged by Showdown over config-example.js (its config loader does
+# ``{...defaults, ...require('config/config.js')}``).
+_CONFIG_JS = """\
+// Written by maple-async. Showdown merges this over config-example.js.
+exports.bindaddress = '127.0.0.1';
+exports.repl = false;          // no REPL sockets: several servers share one install
+exports.logchallenges = false;
+exports.reportbattles = false;
+"""
+
+
+class ServerError(RuntimeError):
+    """A managed server could not be installed, started or reached."""
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("MAPLE_ASYNC_HOME", Path.home() / ".cache" / "maple-async"))
+
+
+def _which(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise ServerError(
+            f"'{tool}' was not found on PATH: Pokémon Showdown needs Node.js (>= 16, "
+            f"20 recommended) and npm. Install them, or pass --server URL of a running server."
+        )
+    return path
+
+
+def package_dir(home: Optional[Path] = None) -> Path:
+    home = Path(home) if home else default_home()
+    return home / f"showdown-{SHOWDOWN_VERSION}" / "node_modules" / "pokemon-showdown"
+
+
+def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
+    """Install pokemon-showdown@pinned into ``home`` if missing; return the package dir.
+
+    Safe to call from several processes at once (file lock); an interrupted install is
+    never mistaken for a complete one (completion marker written last).
+    """
+    home = Path(home) if home else default_home()
+    pkg = package_dir(home)
+    marker = pkg.parent.parent / ".maple-installed"
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            _which("node")
+            npm = _which("npm")
+            prefix = pkg.parent.parent
+            prefix.mkdir(parents=True, exist_ok=True)
+            if not quiet:
+                print(f"[maple-async] installing pokemon-showdown@{SHOWDOWN_VERSION} "
+                      f"into {prefix} (about 2 minutes, once)", flush=True)
+            if not (prefix / "package.json").exists():
+                (prefix / "package.json").write_text('{"name": "maple-showdown", "private": true}\n')
+            proc = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
+                 f"pokemon-showdown@{SHOWDOWN_VERSION}"],
+                cwd=prefix, capture_output=True, text=True,
+            )
+            if proc.returncode != 0:
+                raise ServerError(
+                    f"npm install pokemon-showdown@{SHOWDOWN_VERSION} failed "
+                    f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+                )
+            marker.write_text(SHOWDOWN_VERSION + "\n")
+        _prepare(pkg)
+    return pkg
+
+
+def _prepare(pkg: Path) -> None:
+    # The server crashes on first start without logs/repl; chat-plugins silences
+    # harmless crashguard lines.
+    (pkg / "logs" / "repl").mkdir(parents=True, exist_ok=True)
+    (pkg / "config" / "chat-plugins").mkdir(parents=True, exist_ok=True)
+    cfg = pkg / "config" / "config.js"
+    if not cfg.exists() or cfg.read_text() != _CONFIG_JS:
+        tmp = cfg.with_suffix(".js.tmp")
+        tmp.write_text(_CONFIG_JS)
+        os.replace(tmp, cfg)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def http_url(url: str) -> str:
+    """Normalise ``ws://h:p``, ``http://h:p`` or ``h:p`` to ``http://h:p``."""
+    for prefix in ("ws://", "wss://", "http://", "https://"):
+        if url.startswith(prefix):
+            url = url[len(prefix):]
+            break
+    return "http://" + url.split("/", 1)[0]
+
+
+def websocket_url(url: str) -> str:
+    return "ws://" + http_url(url)[len("http://"):] + "/showdown/websocket"
+
+
+async def check_health(url: str, timeout: float = 2.0) -> bool:
+    """True when the server answers HTTP on ``url``."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+            async with s.get(http_url(url) + "/") as r:
+                return r.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return False
+
+
+async def wait_reachable(url: str, timeout: float = 10.0, backoff: float = 0.25) -> None:
+    """Wait for a user-given server, with exponential backoff; ServerError if it never answers."""
+    deadline = time.monotonic() + timeout
+    delay = backoff
+    while True:
+        if await check_health(url):
+            return
+        if time.monotonic() + delay > deadline:
+            raise ServerError(f"Showdown server at {http_url(url)} is unreachable "
+                              f"(no HTTP answer within {timeout:.0f}s)")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+@dataclass
+class ShowdownServer:
+    """One managed Showdown process bound to loopback.
+
+    Use ``async with ShowdownServer() as srv:`` or ``await srv.start()`` / ``srv.stop()``.
+    """
+
+    port: int = 0
+    host: str = "127.0.0.1"
+    home: Optional[Path] = None
+    start_timeout_s: float = 180.0
+    log_path: Optional[Path] = None
+
+    def __post_init__(self) -> None:
+        if self.host not in LOOPBACK:
+            raise ServerError(
+                f"refusing to bind a --no-security Showdown server to {self.host!r}: "
+                f"managed servers bind loopback only"
+            )
+        self.process: Optional[subprocess.Popen] = None
+        self._log_file = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def websocket_url(self) -> str:
+        return websocket_url(self.url)
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    async def start(self) -> "ShowdownServer":
+        pkg = await asyncio.to_thread(install, self.home)
+        node = _which("node")
+        if self.port == 0:
+            self.port = free_port(self.host)
+        elif port_in_use(self.port, self.host):
+            raise ServerError(f"port {self.port} on {self.host} is already in use; "
+                              f"choose another with --server.port or use port 0 (free port)")
+        log_dir = (Path(self.home) if self.home else default_home()) / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.log_path or log_dir / f"showdown-{self.port}.log"
+        self._log_file = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [node, "pokemon-showdown", "start", "--no-security", str(self.port)],
+            cwd=pkg, stdout=self._log_file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # own process group: stop() takes its simulators too
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ServerError(
+                    f"Showdown exited during start (code {self.process.returncode}); "
+                    f"log {self.log_path}:\n{self._log_tail()}"
+                )
+            if await check_health(self.url, timeout=1.0):
+                return self
+            await asyncio.sleep(0.25)
+        self.stop()
+        raise ServerError(f"Showdown did not become healthy within {self.start_timeout_s:.0f}s; "
+                          f"log {self.log_path}:\n{self._log_tail()}")
+
+    def _log_tail(self, n: int = 2000) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-n:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server and all its child processes (idempotent)."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            _kill_group(proc.pid, timeout)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1.0)
+        elif proc is not None:
+            # The main process is gone; its simulator children may not be.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    async def restart(self) -> None:
+        self.stop()
+        self.process = None
+        port = self.port
+        # Same port if it is free again (clients reconnect there), else a new one.
+        if port_in_use(port, self.host):
+            self.port = 0
+        await self.start()
+
+    async def __aenter__(self) -> "ShowdownServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop()
+
+
+def _kill_group(pgid: int, timeout: float) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        # Reap our direct child if it exited, else the group keeps a zombie leader.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pgid, os.WNOHANG)
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+# -- detached servers for `maple-async server start|stop|status` -------------------------
+
+def _state_dir(home: Optional[Path] = None) -> Path:
+    d = (Path(home) if home else default_home()) / "servers"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+async def start_detached(port: int = 0, home: Optional[Path] = None,
+                         timeout: float = 180.0) -> dict:
+    srv = ShowdownServer(port=port, home=home, start_timeout_s=timeout)
+    await srv.start()
+    info = {"port": srv.port, "pid": srv.pid, "url": srv.url, "log": str(srv.log_path),
+            "started": time.time()}
+    (_state_dir(home) / f"{srv.port}.json").write_text(json.dumps(info))
+    srv.process = None  # detach: leave it running after we exit
+    return info
+
+
+def list_detached(home: Optional[Path] = None) -> list[dict]:
+    out = []
+    for f in sorted(_state_dir(home).glob("*.json")):
+        info = json.loads(f.read_text())
+        try:
+            os.killpg(info["pid"], 0)
+            info["running"] = True
+        except (ProcessLookupError, PermissionError):
+            info["running"] = False
+        out.append(info)
+    return out
+
+
+def stop_detached(port: Optional[int] = None, home: Optional[Path] = None) -> list[int]:
+    stopped = []
+    for info in list_detached(home):
+        if port is not None and info["port"] != port:
+            continue
+        if info["running"]:
+            _kill_group(info["pid"], 10.0)
+        (_state_dir(home) / f"{info['port']}.json").unlink(missing_ok=True)
+        stopped.append(info["port"])
+    return stopped
