@@ -39,6 +39,7 @@ class RunnerConfig:
     opponent: str = "self"  # self | random | max_power | heuristics
     device: str = "auto"  # auto | cpu | cuda | mps
     battle_timeout_s: float = 300.0  # a battle silent this long is abandoned
+    torch_threads: int = 1  # CPU threads for torch; Showdown needs the other core(s)
     seed: Optional[int] = None
 
 
@@ -126,6 +127,7 @@ _CHOICES = {
 _POSITIVE = (
     "runner.concurrency",
     "runner.battle_timeout_s",
+    "runner.torch_threads",
     "batcher.max_batch_size",
     "batcher.offload_min_batch",
     "network.hidden_size",

@@ -92,6 +92,7 @@ class AgentStats:
     losses: int = 0
     ties: int = 0
     abandoned: int = 0
+    server_errors: int = 0  # |error| messages from Showdown (e.g. [Invalid choice])
     encode_s: float = 0.0
     bookkeeping_s: float = 0.0
     latencies: list = field(default_factory=list)  # request -> order, seconds (bounded)
@@ -231,6 +232,22 @@ class Agent:
         return [k for k, v in self.live.items() if now - v.last_active > older_than_s]
 
 
+class _ServerErrorCounter(logging.Filter):
+    """poke-env reports Showdown's ``|error|`` lines only through its logger (level 25)."""
+
+    def __init__(self, stats: AgentStats):
+        super().__init__()
+        self.stats = stats
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == SERVER_ERROR_LEVEL and str(record.msg).startswith("Error message received"):
+            self.stats.server_errors += 1
+        return True
+
+
+SERVER_ERROR_LEVEL = 25
+
+
 class PolicyPlayer(Player):
     """A poke-env Player whose decisions come from an :class:`Agent`'s batcher."""
 
@@ -238,6 +255,10 @@ class PolicyPlayer(Player):
         super().__init__(**kwargs)
         self.agent = agent
         self.opponent_name = opponent_name
+        # Let |error| records reach the logger so they are counted (and shown).
+        if self.logger.getEffectiveLevel() > SERVER_ERROR_LEVEL:
+            self.logger.setLevel(SERVER_ERROR_LEVEL)
+        self.logger.addFilter(_ServerErrorCounter(agent.stats))
         self.results = {"won": 0, "lost": 0, "tied": 0}  # survives forgetting battles
 
     def choose_move(self, battle):

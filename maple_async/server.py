@@ -328,3 +328,23 @@ def stop_detached(port: Optional[int] = None, home: Optional[Path] = None) -> li
         (_state_dir(home) / f"{info['port']}.json").unlink(missing_ok=True)
         stopped.append(info["port"])
     return stopped
+
+
+@contextlib.asynccontextmanager
+async def server_for(server_cfg, quiet: bool = False):
+    """Yield the URL of a usable server: the user's (checked) or a managed loopback one."""
+    if server_cfg.url:
+        await wait_reachable(server_cfg.url, timeout=10.0)
+        yield http_url(server_cfg.url)
+        return
+    srv = ShowdownServer(port=server_cfg.port, host=server_cfg.host,
+                         home=Path(server_cfg.home) if server_cfg.home else None,
+                         start_timeout_s=server_cfg.start_timeout_s)
+    await srv.start()
+    if not quiet:
+        print(f"[maple-async] managed Showdown {SHOWDOWN_VERSION} at {srv.url} "
+              f"(pid {srv.pid}, log {srv.log_path})", flush=True)
+    try:
+        yield srv.url
+    finally:
+        srv.stop()

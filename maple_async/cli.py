@@ -1,0 +1,205 @@
+"""``maple-async`` command line: server, play, train, eval, bench.
+
+User errors (bad config, unreachable server, missing checkpoint, ...) print one line
+``maple-async: error: ...`` and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from typing import Any, Optional
+
+from . import config as config_mod
+from .config import ConfigError
+from .server import ServerError
+
+SHORT_FLAGS = {
+    # flag: (config key, help)
+    "--concurrency": ("runner.concurrency", "battles in flight per player"),
+    "--max-batch-size": ("batcher.max_batch_size", "largest inference batch"),
+    "--max-wait-ms": ("batcher.max_wait_ms", "flush a batch this long after its first request"),
+    "--device": ("runner.device", "auto | cpu | cuda | mps"),
+    "--server": ("server.url", "URL of a running Showdown server (default: start a managed one)"),
+    "--network": ("network.kind", "mlp | lstm | attention"),
+    "--opponent": ("runner.opponent", "self | random | max_power | heuristics"),
+}
+
+
+class UserError(Exception):
+    """An error in what the user asked for; reported in one line."""
+
+
+USER_ERRORS = (UserError, ConfigError, ServerError)
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config (see config/*.yaml)")
+    for flag, (key, help_) in SHORT_FLAGS.items():
+        p.add_argument(flag, dest=key, default=None, metavar="V", help=f"{help_} [{key}]")
+    g = p.add_argument_group("every config key", "override any YAML key as --section.key VALUE")
+    for key, _ann in config_mod.all_keys():
+        if any(key == k for k, _ in SHORT_FLAGS.values()):
+            continue
+        g.add_argument(f"--{key}", dest=key, default=None, metavar="V", help=argparse.SUPPRESS)
+
+
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    overrides: dict[str, Any] = {}
+    for key, _ann in config_mod.all_keys():
+        raw = getattr(args, key, None)
+        if raw is not None:
+            value = config_mod.parse_override_value(raw)
+            if key == "server.url" and value is not None:
+                value = str(raw)
+            overrides[key] = value
+    return config_mod.load(args.config, overrides)
+
+
+def setup_torch(cfg: config_mod.Config):
+    import torch
+
+    from .networks import resolve_device
+    torch.set_num_threads(cfg.runner.torch_threads)
+    if cfg.runner.seed is not None:
+        import random
+
+        import numpy as np
+        torch.manual_seed(cfg.runner.seed)
+        np.random.seed(cfg.runner.seed)
+        random.seed(cfg.runner.seed)
+    try:
+        return resolve_device(cfg.runner.device)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def run_async(coro) -> Any:
+    try:
+        import uvloop
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.run(coro)
+
+
+def print_config(cfg: config_mod.Config) -> None:
+    print("[maple-async] config:")
+    for section, values in cfg.to_dict().items():
+        print(f"  {section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    sys.stdout.flush()
+
+
+# -- server -----------------------------------------------------------------------------
+
+def cmd_server(args) -> int:
+    from . import server
+    home = args.home
+    if args.action == "install":
+        print(server.install(home))
+    elif args.action == "start":
+        info = run_async(server.start_detached(args.port, home))
+        print(f"Showdown running at {info['url']} (pid {info['pid']}, log {info['log']}); "
+              f"stop with: maple-async server stop --port {info['port']}")
+    elif args.action == "stop":
+        stopped = server.stop_detached(args.port or None, home)
+        print("stopped: " + (", ".join(map(str, stopped)) if stopped else "nothing running"))
+    else:
+        infos = server.list_detached(home)
+        if not infos:
+            print("no managed servers")
+        for info in infos:
+            healthy = run_async(server.check_health(info["url"])) if info["running"] else False
+            print(f"port {info['port']}  pid {info['pid']}  "
+                  f"{'running' if info['running'] else 'dead'}  "
+                  f"{'healthy' if healthy else 'unhealthy'}  {info['url']}")
+    return 0
+
+
+# -- play -------------------------------------------------------------------------------
+
+async def _progress(label: str, get_done, total: int, period: float = 5.0) -> None:
+    t0 = time.perf_counter()
+    while True:
+        await asyncio.sleep(period)
+        done = get_done()
+        dt = time.perf_counter() - t0
+        print(f"[{label}] {done}/{total} battles  {done / dt:.2f} battles/s", flush=True)
+
+
+async def _play(cfg, n_battles: int) -> int:
+    from . import networks as nets
+    from .runner import Agent, play
+    from .server import server_for
+
+    device = setup_torch(cfg)
+    net = nets.from_config(cfg.network)
+    policy = nets.InferencePolicy(net, device)
+    agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
+    async with server_for(cfg.server) as url:
+        prog = asyncio.get_running_loop().create_task(
+            _progress("play", lambda: agent.stats.battles // (2 if cfg.runner.opponent == "self" else 1), n_battles))
+        try:
+            res = await play(agent, url, n_battles, opponent=cfg.runner.opponent,
+                             concurrency=cfg.runner.concurrency,
+                             battle_format=cfg.runner.battle_format,
+                             battle_timeout_s=cfg.runner.battle_timeout_s)
+        finally:
+            prog.cancel()
+            await agent.batcher.close()
+    print(f"[play] {res.battles} battles in {res.seconds:.1f}s: {res.battles_per_s:.2f} battles/s, "
+          f"{res.decisions_per_s:.0f} decisions/s, mean batch {res.mean_batch_size:.1f}, "
+          f"win rate {res.wins / max(res.battles, 1):.3f} ({res.wins}W/{res.losses}L/{res.ties}T) "
+          f"network={cfg.network.kind} device={device} concurrency={cfg.runner.concurrency} "
+          f"opponent={cfg.runner.opponent}")
+    print(f"[play] hidden states left: {len(agent.hidden)}, fallbacks: {agent.stats.fallbacks}, "
+          f"server errors: {agent.stats.server_errors}, invalid-choice retries: {agent.stats.retries}")
+    return 0
+
+
+def cmd_play(args) -> int:
+    cfg = load_config(args)
+    if args.battles < 1:
+        raise UserError("--battles must be >= 1")
+    print_config(cfg)
+    return run_async(_play(cfg, args.battles))
+
+
+# -- entry point ------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="maple-async", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("server", help="install / start / stop / list managed Showdown servers")
+    s.add_argument("action", choices=["install", "start", "stop", "status"])
+    s.add_argument("--port", type=int, default=0, help="port (start: 0 = free port)")
+    s.add_argument("--home", default=None, help="install folder (default ~/.cache/maple-async)")
+    s.set_defaults(func=cmd_server)
+
+    pl = sub.add_parser("play", help="run battles with a network (no learning) and report throughput")
+    pl.add_argument("--battles", type=int, default=200)
+    _add_config_flags(pl)
+    pl.set_defaults(func=cmd_play)
+
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except USER_ERRORS as e:
+        print(f"maple-async: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("maple-async: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine: Python venv + deps, and the pinned Showdown.
+#   MAPLE_PYTHON   python to build the venv with (default: python3)
+#   MAPLE_VENV     venv folder (default: .venv in the repo)
+#   MAPLE_TORCH    torch requirement installed first (default: torch==2.13.0, the CPU
+#                  wheel on these machines; GPU users: MAPLE_TORCH=skip and bring their own)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${MAPLE_PYTHON:-python3}
+VENV=${MAPLE_VENV:-.venv}
+TORCH=${MAPLE_TORCH:-torch==2.13.0}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+PIP="$VENV/bin/python -m pip"
+if [ "$TORCH" != "skip" ] && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  echo "[setup] installing $TORCH"
+  $PIP install -q "$TORCH"
+fi
+echo "[setup] installing maple-async and test deps"
+$PIP install -q -e '.[test]'
+echo "[setup] installing Pokémon Showdown (npm, once)"
+"$VENV/bin/maple-async" server install >/dev/null
+echo "[setup] done: $VENV/bin/maple-async"

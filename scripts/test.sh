@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command (README and CI): set up, then run every test. Integration tests start
+# their own loopback Showdown in a fixture and stop it afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec "${MAPLE_VENV:-.venv}/bin/python" -m pytest -q -ra "$@"

@@ -1,0 +1,35 @@
+"""Shared fixtures. Integration tests get a real local Showdown started here."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def showdown_url():
+    """URL of a local Showdown: $MAPLE_TEST_SERVER if set, else a managed loopback server."""
+    url = os.environ.get("MAPLE_TEST_SERVER")
+    if url:
+        yield url
+        return
+    from maple_async.server import ShowdownServer
+
+    srv = ShowdownServer()
+    asyncio.run(srv.start())
+    try:
+        yield srv.url
+    finally:
+        srv.stop()
+        assert not srv.alive(), "managed Showdown survived stop()"
+
+
+@pytest.fixture(scope="session")
+def managed_server(showdown_url):
+    """The managed server object's port (skip-free: always a managed one in CI)."""
+    return showdown_url

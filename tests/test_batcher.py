@@ -1,0 +1,162 @@
+import asyncio
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from maple_async.batcher import InferenceBatcher
+from maple_async.hidden import HiddenStates
+
+
+class EchoPolicy:
+    """action = obs[0]; new hidden = old hidden + 1; records every batch."""
+
+    hidden_dim = 2
+    version = 0
+
+    def __init__(self):
+        self.batches = []
+
+    def act(self, obs, mask, hidden):
+        self.batches.append((time.perf_counter(), obs[:, 0].astype(int).tolist()))
+        n = obs.shape[0]
+        return (obs[:, 0].astype(np.int64), np.zeros(n, np.float32), obs[:, 1].copy(), hidden + 1)
+
+    def load_state_dict(self, sd, version=None):
+        self.version = version
+
+
+def _req(batcher, hs, key, value):
+    gen = hs.generation(key) or hs.start(key)
+    obs = np.array([value, value * 10], dtype=np.float32)
+    return batcher.decide(key, gen, obs, np.ones(3, bool))
+
+
+async def _with_batcher(live, **kw):
+    hs = HiddenStates(2)
+    pol = EchoPolicy()
+    b = InferenceBatcher(pol, hs, live_count=lambda: live, **kw)
+    b.start()
+    await asyncio.sleep(0)
+    return b, hs, pol
+
+
+async def test_flush_when_batch_full():
+    b, hs, pol = await _with_batcher(live=100, max_batch_size=4, max_wait_ms=10_000)
+    futs = [_req(b, hs, f"k{i}", i) for i in range(4)]
+    res = await asyncio.wait_for(asyncio.gather(*futs), 2.0)
+    assert [r.action for r in res] == [0, 1, 2, 3]
+    assert b.stats.reasons == {"full": 1}
+    await b.close()
+
+
+async def test_flush_when_all_live_battles_wait():
+    b, hs, pol = await _with_batcher(live=3, max_batch_size=64, max_wait_ms=10_000)
+    futs = [_req(b, hs, f"k{i}", i) for i in range(3)]
+    res = await asyncio.wait_for(asyncio.gather(*futs), 2.0)
+    assert sorted(r.action for r in res) == [0, 1, 2]
+    assert b.stats.reasons == {"all_waiting": 1}
+    assert len(pol.batches) == 1
+    await b.close()
+
+
+async def test_no_flush_before_rule_holds():
+    b, hs, pol = await _with_batcher(live=10, max_batch_size=64, max_wait_ms=10_000)
+    fut = _req(b, hs, "k0", 0)
+    await asyncio.sleep(0.05)
+    assert not fut.done() and pol.batches == []
+    await b.close()
+
+
+async def test_timeout_measured_from_first_request():
+    wait = 0.2
+    b, hs, pol = await _with_batcher(live=10, max_batch_size=64, max_wait_ms=wait * 1000)
+    t0 = time.perf_counter()
+    f1 = _req(b, hs, "a", 1)
+    await asyncio.sleep(0.12)
+    f2 = _req(b, hs, "b", 2)
+    await asyncio.wait_for(asyncio.gather(f1, f2), 2.0)
+    flushed_at = pol.batches[0][0] - t0
+    # From the first arrival: ~0.20 s. Timing from the latest arrival would give >= 0.32 s.
+    assert wait * 0.95 <= flushed_at < 0.30, flushed_at
+    assert pol.batches[0][1] == [1, 2]
+    assert b.stats.reasons == {"timeout": 1}
+    await b.close()
+
+
+async def test_results_go_to_the_right_futures_and_hidden_rows():
+    b, hs, pol = await _with_batcher(live=5, max_batch_size=64, max_wait_ms=10_000)
+    values = [7, 3, 9, 1, 4]
+    futs = {v: _req(b, hs, f"k{v}", v) for v in values}
+    await asyncio.wait_for(asyncio.gather(*futs.values()), 2.0)
+    for v, f in futs.items():
+        assert f.result().action == v and f.result().value == v * 10
+        assert torch.equal(hs.get(f"k{v}"), torch.ones(2))
+    await b.close()
+
+
+async def test_late_result_for_ended_battle_is_dropped():
+    b, hs, pol = await _with_batcher(live=2, max_batch_size=64, max_wait_ms=10_000)
+    f_old = _req(b, hs, "gone", 5)
+    hs.end("gone")  # battle ended while the request is pending
+    new_gen = hs.start("gone")  # and its key is reused right away
+    f_other = b.decide("gone", new_gen, np.array([6, 60], np.float32), np.ones(3, bool))
+    await asyncio.wait_for(asyncio.gather(f_old, f_other), 2.0)
+    # Only the new generation's result was written: one step from zero.
+    assert torch.equal(hs.get("gone"), torch.ones(2))
+    assert hs.stale_writes == 1
+    await b.close()
+
+
+async def test_failed_forward_resolves_with_fallback():
+    class Broken(EchoPolicy):
+        def act(self, *a):
+            raise RuntimeError("boom")
+
+    hs = HiddenStates(2)
+    b = InferenceBatcher(Broken(), hs, live_count=lambda: 1, max_wait_ms=0)
+    b.start()
+    res = await asyncio.wait_for(_req(b, hs, "k", 1), 2.0)
+    assert res.action == -1
+    assert b.stats.failed_batches == 1
+    await b.close()
+
+
+async def test_weights_swapped_between_batches():
+    b, hs, pol = await _with_batcher(live=1, max_batch_size=64, max_wait_ms=0)
+    r1 = await _req(b, hs, "k", 1)
+    b.set_weights({}, version=5)
+    r2 = await _req(b, hs, "k", 1)
+    assert (r1.version, r2.version) == (0, 5)
+    await b.close()
+
+
+async def test_large_batches_run_off_the_event_loop():
+    """A slow forward in the worker thread must not freeze other coroutines."""
+    class Slow(EchoPolicy):
+        def act(self, *a):
+            time.sleep(0.3)
+            return super().act(*a)
+
+    hs = HiddenStates(2)
+    b = InferenceBatcher(Slow(), hs, live_count=lambda: 1, max_wait_ms=0, offload_min_batch=1)
+    b.start()
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    t = asyncio.get_running_loop().create_task(ticker())
+    await asyncio.wait_for(_req(b, hs, "k", 1), 2.0)
+    t.cancel()
+    assert ticks >= 10  # the loop kept running during the 0.3 s forward
+    await b.close()
+
+
+def test_rejects_zero_batch_size():
+    with pytest.raises(ValueError):
+        InferenceBatcher(EchoPolicy(), HiddenStates(2), max_batch_size=0)

@@ -1,0 +1,86 @@
+"""Action mask and encoder on hand-built battle states (no server)."""
+
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+
+from maple_async import encoding as enc
+
+
+def mon(species, moves=(), active=False, fainted=False):
+    return NS(base_species=species, species=species, active=active, fainted=fainted,
+              moves={m: NS(id=m) for m in moves})
+
+
+def battle(team, active_moves=None, switches=(), trapped=False, can_tera=False, wait=False,
+           available=None):
+    team_d = {f"p1: {m.species}": m for m in team}
+    active = next((m for m in team if m.active), None)
+    avail = [NS(id=m) for m in (available if available is not None else (active_moves or []))]
+    return NS(team=team_d, active_pokemon=active, available_moves=avail,
+              available_switches=[m for m in team if m.species in switches],
+              trapped=trapped, can_tera=can_tera, _wait=wait)
+
+
+TEAM = [mon("a", ["tackle", "ember", "growl", "surf"], active=True), mon("b"), mon("c"),
+        mon("d"), mon("e", fainted=True), mon("f")]
+
+
+def legal_orders(b):
+    """Ground truth: what a correct client may send for this state."""
+    out = {("switch", m.species) for m in b.available_switches if not b.trapped}
+    for mv in b.available_moves:
+        out.add(("move", mv.id, False))
+        if b.can_tera:
+            out.add(("move", mv.id, True))
+    return out
+
+
+def as_tuple(order):
+    o = order.order
+    if hasattr(o, "base_species"):
+        return ("switch", o.species)
+    return ("move", o.id, order.terastallize)
+
+
+CASES = {
+    "normal turn": battle(TEAM, ["tackle", "ember", "growl", "surf"], switches="bcdf"),
+    "disabled move + tera": battle(TEAM, ["tackle", "surf"], switches="bcd", can_tera=True),
+    "trapped": battle(TEAM, ["ember"], switches="bcdf", trapped=True),
+    "forced switch": battle([mon(m.species, m.moves) for m in TEAM], None, switches="bcd"),
+    "struggle": battle(TEAM, None, switches="", available=["struggle"]),
+    "recharge + tera flag": battle(TEAM, None, switches="", available=["recharge"], can_tera=True),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_mask_allows_exactly_the_legal_choices(name):
+    b = CASES[name]
+    mask = enc.action_mask(b)
+    assert mask.dtype == bool and mask.shape == (enc.N_ACTIONS,)
+    chosen = {as_tuple(enc.action_to_order(b, a)) for a in np.flatnonzero(mask)}
+    legal = legal_orders(b)
+    assert chosen <= legal, f"illegal choices allowed: {chosen - legal}"
+    assert chosen == legal, f"legal choices missing: {legal - chosen}"
+    assert not mask[10:22].any()  # mega / z-move / dynamax never in gen9
+
+
+def test_switch_actions_follow_team_order():
+    b = CASES["normal turn"]
+    mask = enc.action_mask(b)
+    assert mask[:6].tolist() == [False, True, True, True, False, True]
+    assert enc.action_to_order(b, 3).order.species == "d"
+
+
+def test_waiting_battle_has_no_legal_action():
+    assert not enc.action_mask(battle(TEAM, ["tackle"], switches="b", wait=True)).any()
+
+
+def test_layout_is_consistent():
+    assert enc.OBS_DIM == enc.FIELD + enc.FIELD_DIM
+    assert enc.MOVES - enc.OPP_TEAM == 6 * enc.POKE_DIM
+    assert enc.EFFECTIVENESS.shape == (18, 18)
+    fire, grass, water = (enc.TYPE_INDEX[t] for t in (
+        enc.PokemonType.FIRE, enc.PokemonType.GRASS, enc.PokemonType.WATER))
+    assert enc.EFFECTIVENESS[fire, grass] == 2 and enc.EFFECTIVENESS[fire, water] == 0.5
