@@ -42,15 +42,17 @@ class PolicyNetwork(nn.Module):
         y = y.squeeze(1)
         return (self.policy_head(y), self.value_head(y).squeeze(-1)), new_hidden
 
-    def forward_sequence(self, x: torch.Tensor, hidden: torch.Tensor, detach_every: int = 0):
+    def forward_sequence(self, x: torch.Tensor, hidden: torch.Tensor, detach_every: int = 0,
+                         return_hidden: bool = False):
         """Unroll over time: ``x [B, T, obs_dim]`` from ``hidden [B, hidden_dim]``.
 
         ``detach_every > 0`` cuts gradients every that many steps (truncated BPTT) while
         the forward values stay those of the full recomputed sequence.
-        Returns ``logits [B, T, A]``, ``values [B, T]``.
+        Returns ``logits [B, T, A]``, ``values [B, T]`` (and the final hidden state).
         """
-        y, _ = self._core(x, hidden, detach_every=detach_every)
-        return self.policy_head(y), self.value_head(y).squeeze(-1)
+        y, h = self._core(x, hidden, detach_every=detach_every)
+        out = (self.policy_head(y), self.value_head(y).squeeze(-1))
+        return (*out, h) if return_hidden else out
 
     def _core(self, x, hidden, detach_every):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -1,0 +1,267 @@
+"""Recurrent PPO (and REINFORCE) on whole battles or truncated-BPTT chunks of them.
+
+Read top to bottom against the PPO paper (Schulman et al. 2017) and CleanRL's
+``ppo_atari_lstm.py``:
+
+1. ``compute_gae``      advantages and returns per battle (terminal at the battle's end).
+2. ``make_chunks``      sequences = whole battles (``bptt_length = 0``) or chunks of
+                        ``bptt_length`` steps cut at multiples of it; never across battles.
+3. ``Learner.update``   per epoch: recompute the hidden state at every chunk start with the
+                        current weights (zero at each battle start), shuffle *sequences*
+                        (never single steps) into minibatches, unroll each padded
+                        minibatch from its chunk-start states, and minimise
+                        clipped policy loss + value loss - entropy bonus, every term
+                        averaged over real (unpadded) steps only, with illegal actions
+                        masked exactly as at collection time.
+
+This module does tensor math only; it never touches the network or the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import PPOConfig
+from .networks import PolicyNetwork, masked_logits
+
+
+def compute_gae(rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float):
+    """GAE for one finished battle: no bootstrap after the last step (it is terminal)."""
+    t_len = len(rewards)
+    advantages = np.zeros(t_len, dtype=np.float32)
+    last = 0.0
+    for t in reversed(range(t_len)):
+        next_value = values[t + 1] if t + 1 < t_len else 0.0
+        delta = rewards[t] + gamma * next_value - values[t]
+        last = delta + gamma * lam * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    out = np.zeros(len(rewards), dtype=np.float32)
+    acc = 0.0
+    for t in reversed(range(len(rewards))):
+        acc = rewards[t] + gamma * acc
+        out[t] = acc
+    return out
+
+
+def make_chunks(lengths: Sequence[int], bptt_length: int) -> list[tuple[int, int, int]]:
+    """``(battle, start, end)`` sequences; chunk starts are multiples of ``bptt_length``."""
+    chunks = []
+    for b, n in enumerate(lengths):
+        step = n if bptt_length <= 0 else bptt_length
+        for s in range(0, n, max(step, 1)):
+            chunks.append((b, s, min(s + step, n)))
+    return chunks
+
+
+@dataclass
+class Rollout:
+    """Finished battles padded to ``[N, T_max]``; ``valid`` marks real steps."""
+
+    obs: torch.Tensor
+    masks: torch.Tensor
+    actions: torch.Tensor
+    logps: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    valid: torch.Tensor
+    lengths: list
+
+    @classmethod
+    def from_trajectories(cls, trajs: Sequence, cfg: PPOConfig, device) -> "Rollout":
+        arrs = [t.arrays() if hasattr(t, "arrays") else t for t in trajs]
+        lengths = [len(a["actions"]) for a in arrs]
+        n, t_max = len(arrs), max(lengths)
+        obs_dim, n_act = arrs[0]["obs"].shape[1], arrs[0]["masks"].shape[1]
+        obs = np.zeros((n, t_max, obs_dim), np.float32)
+        masks = np.ones((n, t_max, n_act), bool)  # padding: all legal (keeps softmax finite)
+        actions = np.zeros((n, t_max), np.int64)
+        logps, values, adv, ret = (np.zeros((n, t_max), np.float32) for _ in range(4))
+        valid = np.zeros((n, t_max), bool)
+        for i, a in enumerate(arrs):
+            k = lengths[i]
+            obs[i, :k], masks[i, :k], actions[i, :k] = a["obs"], a["masks"], a["actions"]
+            logps[i, :k], values[i, :k] = a["logps"], a["values"]
+            if cfg.algo == "reinforce":
+                ret[i, :k] = discounted_returns(a["rewards"], cfg.gamma)
+                adv[i, :k] = ret[i, :k] - a["values"]  # REINFORCE with a learned baseline
+            else:
+                adv[i, :k], ret[i, :k] = compute_gae(a["rewards"], a["values"], cfg.gamma, cfg.gae_lambda)
+            valid[i, :k] = True
+        t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
+        return cls(t(obs), t(masks), t(actions), t(logps), t(values), t(adv), t(ret), t(valid), lengths)
+
+
+def masked_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return (x * valid).sum() / valid.sum().clamp(min=1)
+
+
+class Learner:
+    def __init__(self, network: PolicyNetwork, cfg: PPOConfig, device="cpu", total_updates: int = 1):
+        self.device = torch.device(device)
+        self.network = network.to(self.device)
+        self.cfg = cfg
+        self.optimizer = torch.optim.Adam(self.network.parameters(), lr=cfg.lr, eps=1e-5)
+        total = max(total_updates, 1)
+        if cfg.lr_schedule == "linear":
+            lr_lambda = lambda u: max(1.0 - u / total, 0.05)  # noqa: E731
+        else:
+            lr_lambda = lambda u: 1.0  # noqa: E731
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
+        self.updates = 0
+        self.generator = torch.Generator().manual_seed(0)
+
+    # -- hidden states at chunk starts, recomputed with the current weights -------------
+    @torch.no_grad()
+    def chunk_start_hidden(self, ro: Rollout) -> torch.Tensor:
+        """``[N, K, H]``: the state before step ``k * bptt_length`` of each battle.
+
+        k = 0 is the battle start: zeros. Later entries come from unrolling the whole
+        battle with the current weights.
+        """
+        net, bptt = self.network, self.cfg.bptt_length
+        n, t_max = ro.actions.shape
+        if bptt <= 0 or net.hidden_dim == 0:
+            return net.initial_hidden(n, self.device).unsqueeze(1)
+        k_max = math.ceil(t_max / bptt)
+        starts = [net.initial_hidden(n, self.device)]
+        h = starts[0]
+        for k in range(1, k_max):
+            _, _, h = net.forward_sequence(ro.obs[:, (k - 1) * bptt:k * bptt], h, return_hidden=True)
+            starts.append(h)
+        return torch.stack(starts, dim=1)
+
+    # -- one PPO update ------------------------------------------------------------------
+    def update(self, trajectories: Sequence) -> dict:
+        t0 = time.perf_counter()
+        cfg, net = self.cfg, self.network
+        net.train()
+        ro = Rollout.from_trajectories(trajectories, cfg, self.device)
+        chunks = make_chunks(ro.lengths, cfg.bptt_length)
+        seq_len = max(e - s for _, s, e in chunks)
+        epochs = 1 if cfg.algo == "reinforce" else cfg.epochs
+        stats = {k: [] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")}
+
+        for _epoch in range(epochs):
+            h_starts = self.chunk_start_hidden(ro)
+            order = torch.randperm(len(chunks), generator=self.generator).tolist()
+            for i in range(0, len(order), cfg.minibatch_sequences):
+                mb = [chunks[j] for j in order[i:i + cfg.minibatch_sequences]]
+                batch = self._gather(ro, mb, seq_len, h_starts)
+                loss, info = self.loss(**batch)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                info["grad_norm"] = float(grad_norm)
+                for k in stats:
+                    stats[k].append(info[k])
+
+        self.scheduler.step()
+        self.updates += 1
+        net.eval()
+        valid = ro.valid
+        y, v = ro.returns[valid], ro.values[valid]
+        var_y = torch.var(y)
+        metrics = {k: float(np.mean(vs)) for k, vs in stats.items()}
+        metrics.update(
+            explained_variance=float(1 - torch.var(y - v) / var_y) if var_y > 0 else float("nan"),
+            lr=self.optimizer.param_groups[0]["lr"],
+            sequences=len(chunks),
+            steps=int(valid.sum()),
+            update_s=time.perf_counter() - t0,
+        )
+        metrics["samples_per_s"] = metrics["steps"] * epochs / metrics["update_s"]
+        return metrics
+
+    def _gather(self, ro: Rollout, mb: list, seq_len: int, h_starts: torch.Tensor) -> dict:
+        """Pad the chunks of a minibatch to ``[B, seq_len]``; padding is invalid."""
+        b = len(mb)
+        idx = torch.tensor([c[0] for c in mb], device=self.device)
+        starts = torch.tensor([c[1] for c in mb], device=self.device)
+        lens = torch.tensor([c[2] - c[1] for c in mb], device=self.device)
+        steps = starts[:, None] + torch.arange(seq_len, device=self.device)[None, :]
+        in_chunk = torch.arange(seq_len, device=self.device)[None, :] < lens[:, None]
+        steps = torch.where(in_chunk, steps, torch.zeros_like(steps)).clamp(max=ro.actions.shape[1] - 1)
+        rows = idx[:, None].expand(b, seq_len)
+        k = starts // self.cfg.bptt_length if self.cfg.bptt_length > 0 else torch.zeros_like(starts)
+        return dict(
+            obs=ro.obs[rows, steps], masks=ro.masks[rows, steps], actions=ro.actions[rows, steps],
+            old_logps=ro.logps[rows, steps], advantages=ro.advantages[rows, steps],
+            returns=ro.returns[rows, steps], valid=ro.valid[rows, steps] & in_chunk,
+            h0=h_starts[idx, k],
+        )
+
+    def loss(self, obs, masks, actions, old_logps, advantages, returns, valid, h0):
+        """The PPO objective on a padded minibatch of sequences (every term masked)."""
+        cfg = self.cfg
+        valid_f = valid.float()
+        logits, values = self.network.forward_sequence(obs, h0, detach_every=cfg.bptt_length)
+        logp_all = torch.log_softmax(masked_logits(logits, masks), dim=-1)
+        new_logps = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        probs = logp_all.exp()
+        entropy = -(probs * logp_all.masked_fill(~masks, 0.0)).sum(-1)
+
+        if cfg.normalize_advantages and valid.sum() > 1:
+            a = advantages[valid]
+            advantages = (advantages - a.mean()) / (a.std() + 1e-8)
+
+        if cfg.algo == "reinforce":
+            pg_loss = masked_mean(-new_logps * advantages, valid_f)
+            log_ratio = new_logps - old_logps
+            clipfrac = torch.zeros(())
+        else:
+            log_ratio = new_logps - old_logps
+            ratio = log_ratio.exp()
+            pg1 = -advantages * ratio
+            pg2 = -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+            pg_loss = masked_mean(torch.maximum(pg1, pg2), valid_f)
+            clipfrac = masked_mean(((ratio - 1).abs() > cfg.clip_coef).float(), valid_f)
+        v_loss = 0.5 * masked_mean((values - returns) ** 2, valid_f)
+        ent = masked_mean(entropy, valid_f)
+        loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * ent
+        with torch.no_grad():
+            approx_kl = masked_mean((log_ratio.exp() - 1) - log_ratio, valid_f)
+        return loss, dict(pg_loss=pg_loss.item(), v_loss=v_loss.item(), entropy=ent.item(),
+                          approx_kl=approx_kl.item(), clipfrac=clipfrac.item())
+
+    # -- checkpoint state ------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.updates = int(state["updates"])
+
+    def weights_cpu(self) -> dict:
+        """A detached CPU copy of the weights, safe to hand to another thread or process."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.network.state_dict().items()}
+
+
+def wilson_interval(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a win rate (ties count as half a win by the caller)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = wins / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def policy_lag(versions: Optional[np.ndarray], current: int) -> float:
+    return float(current - versions.mean()) if versions is not None and len(versions) else 0.0

@@ -1,0 +1,153 @@
+import numpy as np
+import pytest
+import torch
+
+from maple_async import encoding as enc
+from maple_async import networks as nets
+from maple_async.config import PPOConfig
+from maple_async.learner import Learner, Rollout, compute_gae, make_chunks, wilson_interval
+
+
+def test_gae_hand_computed():
+    # gamma=0.5, lambda=0.5; rewards [0, 1], values [0.5, 1.0]; terminal after step 1.
+    # delta1 = 1 - 1.0 = 0;  delta0 = 0 + 0.5*1.0 - 0.5 = 0
+    # A1 = 0; A0 = 0 + 0.25*0 = 0
+    adv, ret = compute_gae(np.array([0.0, 1.0]), np.array([0.5, 1.0]), 0.5, 0.5)
+    np.testing.assert_allclose(adv, [0.0, 0.0])
+    np.testing.assert_allclose(ret, [0.5, 1.0])
+    # rewards [1, 0, 2], values [0, 0, 0], gamma=0.9, lambda=0.8
+    # deltas = [1, 0, 2]; A2 = 2; A1 = 0 + 0.72*2 = 1.44; A0 = 1 + 0.72*1.44 = 2.0368
+    adv, ret = compute_gae(np.array([1.0, 0.0, 2.0]), np.zeros(3), 0.9, 0.8)
+    np.testing.assert_allclose(adv, [2.0368, 1.44, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(ret, adv)
+
+
+def test_chunks_never_cross_battles():
+    lengths = [5, 3, 8, 1]
+    for bptt in (0, 1, 2, 3, 4, 100):
+        chunks = make_chunks(lengths, bptt)
+        covered = {b: [] for b in range(len(lengths))}
+        for b, s, e in chunks:
+            assert 0 <= s < e <= lengths[b]
+            if bptt > 0:
+                assert e - s <= bptt and s % bptt == 0
+            covered[b].extend(range(s, e))
+        for b, n in enumerate(lengths):
+            assert sorted(covered[b]) == list(range(n))  # every step exactly once
+    assert make_chunks([5, 3], 0) == [(0, 0, 5), (1, 0, 3)]
+
+
+def fake_traj(rng, n, obs_dim=enc.OBS_DIM):
+    masks = rng.random((n, enc.N_ACTIONS)) < 0.4
+    masks[np.arange(n), rng.integers(0, enc.N_ACTIONS, n)] = True
+    actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+    return {"obs": rng.standard_normal((n, obs_dim)).astype(np.float32), "masks": masks,
+            "actions": actions, "logps": np.full(n, -1.0, np.float32),
+            "values": rng.standard_normal(n).astype(np.float32),
+            "rewards": rng.standard_normal(n).astype(np.float32),
+            "versions": np.zeros(n, np.int64)}
+
+
+@pytest.mark.parametrize("bptt", [0, 3])
+def test_padding_is_masked_out_of_every_loss_term(bptt):
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    cfg = PPOConfig(bptt_length=bptt, normalize_advantages=True)
+    learner = Learner(nets.build("lstm", hidden_size=16), cfg)
+    trajs = [fake_traj(rng, n) for n in (7, 3, 5)]
+    ro = Rollout.from_trajectories(trajs, cfg, "cpu")
+    chunks = make_chunks(ro.lengths, bptt)
+    seq_len = max(e - s for _, s, e in chunks)
+    h = learner.chunk_start_hidden(ro)
+    batch = learner._gather(ro, chunks, seq_len, h)
+    _, info = learner.loss(**batch)
+    # Poison every padded position: no loss term may change.
+    pad = ~batch["valid"]
+    assert pad.any()
+    poisoned = dict(batch)
+    poisoned["obs"] = batch["obs"].masked_fill(pad[..., None], 1e3)
+    poisoned["advantages"] = batch["advantages"].masked_fill(pad, 1e6)
+    poisoned["returns"] = batch["returns"].masked_fill(pad, -1e6)
+    poisoned["old_logps"] = batch["old_logps"].masked_fill(pad, 50.0)
+    _, info2 = learner.loss(**poisoned)
+    for k in info:
+        assert info[k] == pytest.approx(info2[k], rel=1e-5, abs=1e-6), k
+
+
+def test_hidden_zero_at_battle_start_and_recomputed_at_chunk_starts():
+    rng = np.random.default_rng(1)
+    torch.manual_seed(1)
+    cfg = PPOConfig(bptt_length=2)
+    learner = Learner(nets.build("lstm", hidden_size=8), cfg)
+    ro = Rollout.from_trajectories([fake_traj(rng, 5), fake_traj(rng, 4)], cfg, "cpu")
+    h = learner.chunk_start_hidden(ro)
+    net = learner.network
+    assert torch.equal(h[:, 0], torch.zeros_like(h[:, 0]))  # battle start: zero
+    with torch.no_grad():  # chunk k=2 starts after 4 steps from zero, current weights
+        _, _, expect = net.forward_sequence(ro.obs[:1, :4], net.initial_hidden(1), return_hidden=True)
+    torch.testing.assert_close(h[0, 2], expect[0])
+
+
+def test_sequences_in_a_minibatch_do_not_leak_into_each_other():
+    rng = np.random.default_rng(2)
+    cfg = PPOConfig()
+    learner = Learner(nets.build("lstm", hidden_size=8), cfg)
+    a, b = fake_traj(rng, 6), fake_traj(rng, 9)
+    net = learner.network
+    ro_ab = Rollout.from_trajectories([a, b], cfg, "cpu")
+    ro_a = Rollout.from_trajectories([a], cfg, "cpu")
+    with torch.no_grad():
+        la, _ = net.forward_sequence(ro_ab.obs, net.initial_hidden(2))
+        lb, _ = net.forward_sequence(ro_a.obs, net.initial_hidden(1))
+    torch.testing.assert_close(la[0, :6], lb[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "lstm"])
+def test_update_logps_equal_collection_logps(kind):
+    """Masked logits in the update reproduce collection's log-probs exactly (ratio = 1)."""
+    torch.manual_seed(3)
+    rng = np.random.default_rng(3)
+    net = nets.build(kind, hidden_size=16)
+    policy = nets.InferencePolicy(nets.build(kind, hidden_size=16))
+    policy.network.load_state_dict(net.state_dict())
+    trajs = []
+    for n in (6, 4):
+        obs = rng.standard_normal((n, enc.OBS_DIM)).astype(np.float32)
+        masks = rng.random((n, enc.N_ACTIONS)) < 0.3
+        masks[:, 6] = True
+        h = torch.zeros(1, policy.hidden_dim)
+        acts, lps, vals = [], [], []
+        for t in range(n):
+            a, lp, v, h = policy.act(obs[t:t + 1], masks[t:t + 1], h)
+            acts.append(a[0]); lps.append(lp[0]); vals.append(v[0])
+        trajs.append({"obs": obs, "masks": masks, "actions": np.array(acts), "logps": np.array(lps),
+                      "values": np.array(vals), "rewards": np.zeros(n, np.float32),
+                      "versions": np.zeros(n, np.int64)})
+    learner = Learner(net, PPOConfig())
+    ro = Rollout.from_trajectories(trajs, learner.cfg, "cpu")
+    chunks = make_chunks(ro.lengths, 0)
+    batch = learner._gather(ro, chunks, max(ro.lengths), learner.chunk_start_hidden(ro))
+    with torch.no_grad():
+        logits, _ = net.forward_sequence(batch["obs"], batch["h0"])
+        logp = torch.log_softmax(nets.masked_logits(logits, batch["masks"]), -1)
+        new = logp.gather(-1, batch["actions"][..., None]).squeeze(-1)
+    torch.testing.assert_close(new[batch["valid"]], batch["old_logps"][batch["valid"]], rtol=1e-5, atol=1e-5)
+    _, info = learner.loss(**batch)
+    assert info["approx_kl"] == pytest.approx(0.0, abs=1e-6) and info["clipfrac"] == 0.0
+
+
+@pytest.mark.parametrize("algo,bptt", [("ppo", 0), ("ppo", 4), ("reinforce", 0)])
+def test_update_runs_and_changes_weights(algo, bptt):
+    rng = np.random.default_rng(4)
+    learner = Learner(nets.build("lstm", hidden_size=16), PPOConfig(algo=algo, bptt_length=bptt, epochs=2,
+                                                                     minibatch_sequences=2))
+    before = {k: v.clone() for k, v in learner.network.state_dict().items()}
+    m = learner.update([fake_traj(rng, n) for n in (5, 9, 3)])
+    assert learner.updates == 1 and np.isfinite(m["pg_loss"]) and m["steps"] == 17
+    assert any(not torch.equal(before[k], v) for k, v in learner.network.state_dict().items())
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(90, 100)
+    assert 0.82 < lo < 0.84 and 0.94 < hi < 0.96
+    assert wilson_interval(0, 0) == (0.0, 1.0)
