@@ -14,6 +14,7 @@ import time
 from typing import Any, Optional
 
 from . import config as config_mod
+from .checkpoint import CheckpointError
 from .config import ConfigError
 from .server import ServerError
 
@@ -33,12 +34,14 @@ class UserError(Exception):
     """An error in what the user asked for; reported in one line."""
 
 
-USER_ERRORS = (UserError, ConfigError, ServerError)
+USER_ERRORS = (UserError, ConfigError, ServerError, CheckpointError)
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
+def _add_config_flags(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
     p.add_argument("--config", help="YAML config (see config/*.yaml)")
     for flag, (key, help_) in SHORT_FLAGS.items():
+        if flag in skip:
+            continue
         p.add_argument(flag, dest=key, default=None, metavar="V", help=f"{help_} [{key}]")
     g = p.add_argument_group("every config key", "override any YAML key as --section.key VALUE")
     for key, _ann in config_mod.all_keys():
@@ -155,7 +158,8 @@ async def _play(cfg, n_battles: int) -> int:
           f"network={cfg.network.kind} device={device} concurrency={cfg.runner.concurrency} "
           f"opponent={cfg.runner.opponent}")
     print(f"[play] hidden states left: {len(agent.hidden)}, fallbacks: {agent.stats.fallbacks}, "
-          f"server errors: {agent.stats.server_errors}, invalid-choice retries: {agent.stats.retries}")
+          f"[Invalid choice] errors: {agent.stats.invalid_choices}, [Unavailable choice] "
+          f"(hidden trapping): {agent.stats.unavailable_choices}, re-decisions: {agent.stats.retries}")
     return 0
 
 
@@ -165,6 +169,62 @@ def cmd_play(args) -> int:
         raise UserError("--battles must be >= 1")
     print_config(cfg)
     return run_async(_play(cfg, args.battles))
+
+
+# -- train / eval -----------------------------------------------------------------------
+
+async def _train(cfg, resume: Optional[str]) -> int:
+    from .server import server_for
+    from .trainer import Trainer, evaluate
+
+    device = setup_torch(cfg)
+    trainer = Trainer(cfg, device, resume=resume)
+    async with server_for(cfg.server) as url:
+        await trainer.run(url)
+        if cfg.train.eval_battles:
+            from . import networks as nets
+            policy = nets.InferencePolicy(trainer.learner.network, device, greedy=True)
+            for opp in ("random", "max_power"):
+                res = await evaluate(policy, url, opp, cfg.train.eval_battles, batcher_cfg=cfg.batcher,
+                                     concurrency=min(cfg.runner.concurrency, 32),
+                                     battle_format=cfg.runner.battle_format, device=device)
+                print(res.line(), flush=True)
+    print(f"[train] done ({trainer.stop_reason}); run folder {cfg.train.run_dir}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    cfg = load_config(args)
+    resume = args.resume
+    if resume == "latest":
+        resume = str(__import__("pathlib").Path(cfg.train.run_dir) / "latest.pt")
+    print_config(cfg)
+    return run_async(_train(cfg, resume))
+
+
+async def _eval(cfg, args) -> int:
+    from .server import server_for
+    from .trainer import evaluate, policy_from_checkpoint
+
+    device = setup_torch(cfg)
+    policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=not args.sample)
+    async with server_for(cfg.server) as url:
+        res = await evaluate(policy, url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
+                             concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
+                             device=device)
+    print(res.line())
+    return 0
+
+
+def cmd_eval(args) -> int:
+    cfg = load_config(args)
+    if args.battles < 1:
+        raise UserError("--battles must be >= 1")
+    from .runner import BASELINES
+    if args.opponent not in BASELINES and not __import__("os").path.isfile(args.opponent):
+        raise UserError(f"--opponent must be one of {', '.join(BASELINES)} or a checkpoint file; "
+                        f"got {args.opponent!r}")
+    return run_async(_eval(cfg, args))
 
 
 # -- entry point ------------------------------------------------------------------------
@@ -183,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--battles", type=int, default=200)
     _add_config_flags(pl)
     pl.set_defaults(func=cmd_play)
+
+    tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
+    tr.add_argument("--resume", nargs="?", const="latest", default=None,
+                    help="continue from a checkpoint (default: <run_dir>/latest.pt)")
+    _add_config_flags(tr)
+    tr.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="win rate (95%% CI) of a checkpoint against a baseline or checkpoint")
+    ev.add_argument("--checkpoint", required=True)
+    ev.add_argument("--opponent", default="random", help="random | max_power | heuristics | PATH")
+    ev.add_argument("--battles", type=int, default=200)
+    ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    _add_config_flags(ev, skip=("--opponent",))
+    ev.set_defaults(func=cmd_eval)
 
     return p
 

@@ -68,6 +68,16 @@ class Trajectory:
         }
 
 
+class NoOrder:
+    """An order that sends nothing: for battles abandoned while a decision was pending
+    (poke-env sends an order only when its message is non-empty)."""
+
+    message = ""
+
+
+NO_ORDER = NoOrder()
+
+
 @dataclass
 class _Live:
     """Bookkeeping for one live battle side."""
@@ -76,7 +86,7 @@ class _Live:
     rewards: RewardTracker
     traj: Optional[Trajectory]
     opponent: str
-    last_request: object = None
+    last_rqid: object = None
     tried: set = field(default_factory=set)
     hidden_before: object = None
     last_active: float = 0.0
@@ -92,7 +102,9 @@ class AgentStats:
     losses: int = 0
     ties: int = 0
     abandoned: int = 0
-    server_errors: int = 0  # |error| messages from Showdown (e.g. [Invalid choice])
+    invalid_choices: int = 0  # |error|[Invalid choice]: our order was malformed/illegal
+    unavailable_choices: int = 0  # |error|[Unavailable choice]: hidden info (e.g. trapping)
+    other_server_errors: int = 0
     encode_s: float = 0.0
     bookkeeping_s: float = 0.0
     latencies: list = field(default_factory=list)  # request -> order, seconds (bounded)
@@ -121,6 +133,7 @@ class Agent:
         self.on_trajectory = on_trajectory
         self.live: dict[Hashable, _Live] = {}
         self.stats = AgentStats()
+        self.closing = False  # set at shutdown: no new decisions
 
     @staticmethod
     def key(battle) -> tuple[str, str]:
@@ -130,6 +143,8 @@ class Agent:
         t_start = time.perf_counter()
         key = self.key(battle)
         live = self.live.get(key)
+        if self.closing:
+            return NO_ORDER  # shutting down: the battle is being forfeited
         if live is None:
             gen = self.hidden.start(key)
             live = _Live(gen, RewardTracker(self.reward_cfg),
@@ -137,10 +152,15 @@ class Agent:
             self.live[key] = live
         live.last_active = t_start
 
-        retry = battle.last_request is live.last_request and live.last_request is not None
+        # Being asked again for the same decision point means Showdown rejected our order:
+        # [Invalid choice] (poke-env re-asks with the same request, same rqid) or
+        # [Unavailable choice] when a hidden trapping ability is revealed (Showdown sends
+        # the request again, marked ``update``). Undo that step and decide again without
+        # the rejected action(s), on the refreshed request.
+        request = battle.last_request or {}
+        rqid = request.get("rqid")
+        retry = live.last_rqid is not None and (rqid == live.last_rqid or bool(request.get("update")))
         if retry:
-            # Showdown rejected our last order for this very request: undo that step and
-            # decide again without the rejected action(s).
             self.stats.retries += 1
             if live.hidden_before is not None:
                 self.hidden.put(key, live.generation, live.hidden_before)
@@ -150,7 +170,7 @@ class Agent:
                     lst.pop()
         else:
             live.tried = set()
-            live.last_request = battle.last_request
+            live.last_rqid = rqid
 
         t0 = time.perf_counter()
         mask = enc.action_mask(battle)
@@ -172,6 +192,8 @@ class Agent:
 
         t3 = time.perf_counter()
         stats = self.stats
+        if self.live.get(key) is not live:
+            return NO_ORDER  # abandoned while we waited: nothing to send, nothing to record
         if decision.action < 0 or not mask[decision.action]:
             stats.fallbacks += 1
             legal = np.flatnonzero(mask)
@@ -233,15 +255,26 @@ class Agent:
 
 
 class _ServerErrorCounter(logging.Filter):
-    """poke-env reports Showdown's ``|error|`` lines only through its logger (level 25)."""
+    """poke-env reports Showdown's ``|error|`` lines only through its logger (level 25).
+
+    Counts them by kind; the expected [Unavailable choice] lines are not printed.
+    """
 
     def __init__(self, stats: AgentStats):
         super().__init__()
         self.stats = stats
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == SERVER_ERROR_LEVEL and str(record.msg).startswith("Error message received"):
-            self.stats.server_errors += 1
+        if record.levelno != SERVER_ERROR_LEVEL or not str(record.msg).startswith("Error message"):
+            return True
+        text = str(record.args[0]) if record.args else ""
+        if "[Unavailable choice]" in text:
+            self.stats.unavailable_choices += 1
+            return False
+        if "[Invalid choice]" in text:
+            self.stats.invalid_choices += 1
+        else:
+            self.stats.other_server_errors += 1
         return True
 
 
@@ -253,6 +286,7 @@ class PolicyPlayer(Player):
 
     def __init__(self, agent: Agent, opponent_name: str = "self", **kwargs):
         super().__init__(**kwargs)
+        quiet_logger(self)
         self.agent = agent
         self.opponent_name = opponent_name
         # Let |error| records reach the logger so they are counted (and shown).
@@ -282,6 +316,11 @@ def forget_later(player: Player, battle) -> None:
     loop.call_later(FORGET_FINISHED_AFTER_S, player.battles.pop, battle.battle_tag, None)
 
 
+def quiet_logger(player: Player) -> None:
+    """poke-env gives each player its own stream handler; don't print twice via root."""
+    player.logger.propagate = False
+
+
 def _baseline_class(name: str) -> type:
     base = BASELINES[name]
     return type(f"Forgetful{base.__name__}", (ForgetfulBaseline, base), {})
@@ -308,7 +347,9 @@ def make_baseline(name: str, server_url: str, account: str, concurrency: int,
                   battle_format: str) -> Player:
     if name not in BASELINES:
         raise ValueError(f"unknown baseline '{name}' (known: {', '.join(BASELINES)})")
-    return _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format))
+    player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format))
+    quiet_logger(player)
+    return player
 
 
 async def close_players(*players: Player) -> None:

@@ -1,0 +1,64 @@
+"""Checkpoint files: atomic writes, safe loads.
+
+A checkpoint holds only tensors and plain data (weights, optimizer and scheduler state,
+counters, the run's config, the league's weights), so it loads with
+``torch.load(weights_only=True)``: no arbitrary code runs when a file is opened.
+Writes go to a temporary file in the same folder, are fsynced, then renamed over the
+target, so a crash mid-write never leaves a corrupt checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "maple-async/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable or does not fit the network."""
+
+
+def save(path: str | Path, payload: dict[str, Any]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, **payload}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a maple-async checkpoint")
+    return data
+
+
+def load_weights(network: torch.nn.Module, state_dict: dict, path: str | Path = "checkpoint") -> None:
+    """Load weights, turning a shape mismatch into one clear error."""
+    try:
+        network.load_state_dict(state_dict)
+    except RuntimeError as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln or "Missing" in ln
+                      or "Unexpected" in ln), str(e).splitlines()[0])
+        raise CheckpointError(f"checkpoint {path} does not fit the configured network: {first}") from None

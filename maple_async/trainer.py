@@ -1,0 +1,364 @@
+"""The collection/learning loop: battles keep running while the learner updates.
+
+Lanes of battles (self-play, baselines, league) run concurrently on the event loop and
+feed finished trajectories to a list; every ``battles_per_update`` trajectories the
+learner updates in a worker thread (the loop keeps serving websockets meanwhile), and the
+new weights are published to the batcher, which swaps them in between two batches.
+Each step records the policy version that chose it, so policy lag is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import csv
+import logging
+import math
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from . import checkpoint as ckpt
+from . import networks as nets
+from .config import Config, parse_opponent_mix
+from .learner import Learner, policy_lag, wilson_interval
+from .runner import (Agent, PolicyPlayer, Trajectory, close_players, make_baseline,
+                     player_kwargs, run_id, watchdog)
+
+log = logging.getLogger("maple_async.trainer")
+
+
+@dataclass
+class Lane:
+    name: str
+    me: PolicyPlayer
+    opponent: object
+    n_battles: int
+    task: Optional[asyncio.Task] = None
+
+
+class MetricsLog:
+    """CSV always; TensorBoard scalars when the package is installed."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool):
+        self.path = run_dir / "metrics.csv"
+        self._fields: Optional[list] = None
+        if self.path.exists():
+            with open(self.path) as f:
+                self._fields = next(csv.reader(f), None)
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.tb = SummaryWriter(str(run_dir / "tb"))
+            except Exception:  # tensorboard not installed
+                print("[train] tensorboard not installed (pip install 'maple-async[tensorboard]'): "
+                      "logging to metrics.csv only", flush=True)
+
+    def write(self, step: int, row: dict) -> None:
+        if self._fields is None:
+            self._fields = list(row)
+            with open(self.path, "w", newline="") as f:
+                csv.writer(f).writerow(self._fields)
+        with open(self.path, "a", newline="") as f:
+            csv.writer(f).writerow([row.get(k, "") for k in self._fields])
+        if self.tb is not None:
+            for k, v in row.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+class Trainer:
+    def __init__(self, cfg: Config, device, resume: Optional[str] = None, quiet: bool = False):
+        self.cfg = cfg
+        self.device = device
+        self.quiet = quiet
+        self.run_dir = Path(cfg.train.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(cfg.to_yaml())
+        self.mix = parse_opponent_mix(cfg.train.opponents)
+        est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
+
+        self.learner = Learner(nets.from_config(cfg.network), cfg.ppo, device, total_updates=est_updates)
+        self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
+        self.league: list[dict] = []
+        if resume:
+            self._resume(resume)
+        policy = nets.InferencePolicy(copy.deepcopy(self.learner.network), device)
+        policy.version = self.counters["version"]
+        self.agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=True,
+                           on_trajectory=self._on_trajectory, name="learner")
+        self.league_agent: Optional[Agent] = None
+        if "league" in self.mix:
+            lp = nets.InferencePolicy(copy.deepcopy(self.learner.network), device)
+            self.league_agent = Agent(lp, cfg.batcher, name="league")
+        self._trajs: list[Trajectory] = []
+        self._have_batch = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.stop_reason = ""
+        self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard)
+        self.trained_trajectories = 0
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _resume(self, path: str) -> None:
+        data = ckpt.load(path)
+        ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
+        self.learner.load_state_dict(data["learner"])
+        self.counters.update(data["counters"])
+        self.league = list(data.get("league", []))
+        self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
+                    f"battles {self.counters['battles']}, version {self.counters['version']}")
+
+    def save_checkpoint(self, final: bool = False) -> Path:
+        payload = {"config": self.cfg.to_dict(), "learner": self.learner.state_dict(),
+                   "counters": dict(self.counters), "league": self.league}
+        upd = self.learner.updates
+        path = ckpt.save(self.run_dir / "checkpoints" / f"ckpt_{upd:06d}.pt", payload)
+        ckpt.save(self.run_dir / "latest.pt", payload)
+        if final:
+            self._print(f"[train] final checkpoint: {self.run_dir / 'latest.pt'} (update {upd})")
+        return path
+
+    # -- trajectories ------------------------------------------------------------------------
+    def _on_trajectory(self, traj: Trajectory) -> None:
+        self._trajs.append(traj)
+        if len(self._trajs) >= self.cfg.train.battles_per_update:
+            self._have_batch.set()
+
+    # -- lanes -------------------------------------------------------------------------------
+    def _make_lanes(self, url: str) -> list[Lane]:
+        cfg, tag = self.cfg, run_id()
+        conc, fmt = cfg.runner.concurrency, cfg.runner.battle_format
+        lanes = []
+        for i, (name, share) in enumerate(sorted(self.mix.items())):
+            c = max(1, round(conc * share))
+            # Enough battles never to run dry; the loop stops the lanes when done.
+            n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
+            me = PolicyPlayer(self.agent, name, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
+            if name == "self":
+                opp = PolicyPlayer(self.agent, "self", **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
+            elif name == "league":
+                opp = PolicyPlayer(self.league_agent, "learner", **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
+            else:
+                opp = make_baseline(name, url, f"mpl{tag}{i}o", c, fmt)
+            lanes.append(Lane(name, me, opp, n))
+        return lanes
+
+    def _refresh_league(self) -> None:
+        if self.league_agent is None:
+            return
+        if self.learner.updates % self.cfg.train.league_every_updates == 0 or not self.league:
+            self.league.append(self.learner.weights_cpu())
+            self.league = self.league[-max(self.cfg.train.league_size, 1):]
+        self.league_agent.batcher.set_weights(random.choice(self.league))
+
+    # -- the loop --------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            self._print(f"[train] stopping: {reason}")
+            self._stop.set()
+            self._have_batch.set()
+
+    def _print(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)
+
+    async def run(self, url: str) -> dict:
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+            except (NotImplementedError, RuntimeError):
+                pass
+        lanes = self._make_lanes(url)
+        agents = [a for a in (self.agent, self.league_agent) if a is not None]
+        for a in agents:
+            a.batcher.start()
+        if self.league_agent is not None:
+            self._refresh_league()
+        players = [p for ln in lanes for p in (ln.me, ln.opponent)]
+        dogs = [loop.create_task(watchdog(a, players, cfg.runner.battle_timeout_s)) for a in agents]
+        for ln in lanes:
+            ln.task = loop.create_task(ln.me.battle_against(ln.opponent, n_battles=ln.n_battles),
+                                       name=f"lane-{ln.name}")
+        self._print(f"[train] lanes: " + ", ".join(
+            f"{ln.name} (concurrency {ln.me._max_concurrent_battles})" for ln in lanes))
+        t_start = time.perf_counter()
+        seconds_before = self.counters["seconds"]
+        last = {"t": t_start, "dec": self.agent.stats.decisions, "bat": self.agent.batcher.stats.batches,
+                "bdec": self.agent.batcher.stats.decisions}
+        summary: dict = {}
+        try:
+            while not self._stop.is_set():
+                await self._have_batch.wait()
+                self._have_batch.clear()
+                if all(ln.task.done() for ln in lanes) and len(self._trajs) < cfg.train.battles_per_update:
+                    self.request_stop("all lanes finished")
+                if len(self._trajs) < cfg.train.battles_per_update:
+                    if self._stop.is_set():
+                        break
+                    continue
+                batch, self._trajs = self._trajs, []
+                summary = await self._update(batch, last, t_start, seconds_before)
+                now = time.perf_counter()
+                if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
+                    self.save_checkpoint()
+                if self.league_agent is not None:
+                    self._refresh_league()
+                if self.counters["battles"] >= cfg.train.total_battles:
+                    self.request_stop(f"reached {cfg.train.total_battles} battles")
+                elif cfg.train.max_minutes and (now - t_start) / 60 >= cfg.train.max_minutes:
+                    self.request_stop(f"reached {cfg.train.max_minutes} minutes")
+        finally:
+            await self._shutdown(lanes, agents, dogs, players)
+            if self._trajs:
+                # Finished battles are never thrown away: a last, smaller update uses them.
+                batch, self._trajs = self._trajs, []
+                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
+                summary = await self._update(batch, last, t_start, seconds_before)
+            self.save_checkpoint(final=True)
+            self.metrics.close()
+        return summary
+
+    async def _update(self, batch, last: dict, t_start: float, seconds_before: float) -> dict:
+        metrics = await asyncio.to_thread(self.learner.update, batch)
+        self.counters["version"] += 1
+        self.agent.batcher.set_weights(self.learner.weights_cpu(), self.counters["version"])
+        self.counters["battles"] += len(batch)
+        self.counters["decisions"] += sum(len(t) for t in batch)
+        now = time.perf_counter()
+        self.counters["seconds"] = seconds_before + (now - t_start)
+        self.trained_trajectories += len(batch)
+        return self._log_update(batch, metrics, last, now)
+
+    async def _shutdown(self, lanes, agents, dogs, players, grace_s: float = 10.0) -> None:
+        """Stop new battles, forfeit the ones in flight (never trained on), close sockets."""
+        for t in [ln.task for ln in lanes] + dogs:
+            if t is not None:
+                t.cancel()
+        # Partial trajectories are dropped: abandon before forfeiting, so the forfeits'
+        # end messages do not produce trajectories.
+        for a in agents:
+            a.closing = True
+            for key in list(a.live):
+                a.abandon(key)
+        for p in players:
+            for tag, battle in list(p.battles.items()):
+                if not battle.finished:
+                    try:
+                        await p.ps_client.send_message("/forfeit", tag)
+                    except Exception:
+                        pass
+        deadline = time.perf_counter() + grace_s
+        while time.perf_counter() < deadline and any(
+                not b.finished for p in players for b in p.battles.values()):
+            await asyncio.sleep(0.1)
+        await close_players(*players)
+        for a in agents:
+            await a.batcher.close()
+
+    def _log_update(self, batch, m: dict, last: dict, now: float) -> dict:
+        a, bs = self.agent, self.agent.batcher.stats
+        dt = now - last["t"]
+        n_dec, n_bat = a.stats.decisions - last["dec"], bs.batches - last["bat"]
+        mean_batch = (bs.decisions - last["bdec"]) / n_bat if n_bat else 0.0
+        last.update(t=now, dec=a.stats.decisions, bat=bs.batches, bdec=bs.decisions)
+        versions = np.concatenate([np.asarray(t.versions) for t in batch])
+        row = {"update": self.learner.updates, "battles": self.counters["battles"],
+               "decisions": self.counters["decisions"], "time_s": round(self.counters["seconds"], 1),
+               "battles_per_s": len(batch) / dt if dt else 0.0, "decisions_per_s": n_dec / dt if dt else 0.0,
+               "mean_batch_size": mean_batch, "policy_lag": policy_lag(versions, self.counters["version"] - 1),
+               **{k: m[k] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm",
+                                    "explained_variance", "lr", "samples_per_s", "update_s")}}
+        by_opp: dict[str, list] = {}
+        for t in batch:
+            by_opp.setdefault(t.opponent, []).append(t.outcome)
+        for opp, outs in sorted(by_opp.items()):
+            row[f"win_rate/{opp}"] = float(np.mean([o > 0 for o in outs]))
+        for comp in ("win", "hp", "faint", "turn"):
+            row[f"reward/{comp}"] = float(np.mean([t.reward_totals.get(comp, 0.0) for t in batch]))
+        self.metrics.write(self.learner.updates, row)
+        wins = " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in row.items() if k.startswith("win_rate/"))
+        self._print(
+            f"[train] upd {row['update']:4d} | battles {row['battles']}/{self.cfg.train.total_battles} | "
+            f"{row['battles_per_s']:.2f} b/s {row['decisions_per_s']:.0f} dec/s batch {mean_batch:.1f} | "
+            f"win {wins} | pg {m['pg_loss']:+.3f} v {m['v_loss']:.3f} ent {m['entropy']:.2f} "
+            f"kl {m['approx_kl']:.4f} clip {m['clipfrac']:.2f} | lag {row['policy_lag']:.2f} "
+            f"| upd {m['update_s']:.1f}s")
+        return row
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+@dataclass
+class EvalResult:
+    opponent: str
+    battles: int
+    wins: int
+    losses: int
+    ties: int
+    seconds: float
+
+    @property
+    def win_rate(self) -> float:
+        return (self.wins + 0.5 * self.ties) / self.battles if self.battles else 0.0
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        return wilson_interval(self.wins + 0.5 * self.ties, self.battles)
+
+    def line(self) -> str:
+        lo, hi = self.ci95
+        return (f"[eval] vs {self.opponent}: win rate {self.win_rate:.3f} (95% CI {lo:.3f}-{hi:.3f}) "
+                f"over {self.battles} battles ({self.wins}W/{self.losses}L/{self.ties}T) "
+                f"in {self.seconds:.0f}s")
+
+
+def policy_from_checkpoint(path: str, device, greedy: bool = True) -> tuple[nets.InferencePolicy, Config]:
+    from .config import from_saved
+    data = ckpt.load(path)
+    cfg = from_saved(data["config"])
+    net = nets.from_config(cfg.network)
+    ckpt.load_weights(net, data["learner"]["network"], path)
+    return nets.InferencePolicy(net, device, greedy=greedy), cfg
+
+
+async def evaluate(policy: nets.InferencePolicy, url: str, opponent: str, n_battles: int, *,
+                   batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
+                   device="cpu", opponent_label: Optional[str] = None) -> EvalResult:
+    """Play ``n_battles`` against a baseline name or another checkpoint's policy."""
+    from .runner import BASELINES
+    tag = run_id()
+    agent = Agent(policy, batcher_cfg, name="eval")
+    me = PolicyPlayer(agent, opponent, **player_kwargs(url, f"evl{tag}a", concurrency, battle_format))
+    opp_agent = None
+    if opponent in BASELINES:
+        opp = make_baseline(opponent, url, f"evl{tag}b", concurrency, battle_format)
+    else:
+        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=True)
+        opp_agent = Agent(opp_policy, batcher_cfg, name="eval-opponent")
+        opp = PolicyPlayer(opp_agent, "eval", **player_kwargs(url, f"evl{tag}b", concurrency, battle_format))
+        opp_agent.batcher.start()
+    agent.batcher.start()
+    t0 = time.perf_counter()
+    try:
+        await me.battle_against(opp, n_battles=n_battles)
+    finally:
+        await close_players(me, opp)
+        await agent.batcher.close()
+        if opp_agent is not None:
+            await opp_agent.batcher.close()
+    r = me.results
+    return EvalResult(opponent_label or opponent, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"],
+                      r["tied"], time.perf_counter() - t0)

@@ -1,0 +1,39 @@
+"""`maple-async train` end to end on the fixture's server, then `eval` on its checkpoint."""
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args, timeout=420):
+    return subprocess.run([sys.executable, "-m", "maple_async.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
+    run_dir = tmp_path / "run"
+    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
+                "--train.run_dir", str(run_dir))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "[train] upd" in p.stdout and "final checkpoint" in p.stdout
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert len(rows) >= 3  # 48 battles / 16 per update
+    assert int(rows[-1]["battles"]) >= 48
+    assert (run_dir / "latest.pt").exists()
+
+    # Resume continues the update counter.
+    p2 = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
+                 "--train.run_dir", str(run_dir), "--train.total_battles", "80", "--resume")
+    assert p2.returncode == 0, p2.stdout[-3000:] + p2.stderr[-3000:]
+    assert f"resumed from {run_dir / 'latest.pt'}: update {len(rows)}" in p2.stdout
+    rows2 = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert int(rows2[-1]["update"]) > int(rows[-1]["update"])
+
+    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "random",
+                "--battles", "12", "--server", showdown_url, "--concurrency", "12")
+    assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
+    assert "[eval] vs random: win rate" in e.stdout and "over 12 battles" in e.stdout
