@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from . import config as config_mod
@@ -227,6 +228,49 @@ def cmd_eval(args) -> int:
     return run_async(_eval(cfg, args))
 
 
+# -- bench ------------------------------------------------------------------------------
+
+async def _bench(cfg, args) -> int:
+    import copy
+
+    from . import bench
+    from .server import server_for
+
+    device = setup_torch(cfg)
+    combos = bench.parse_sweep(args.sweep) if args.sweep else [{}]
+    rows, ceilings = [], {}
+    async with server_for(cfg.server, quiet=True) as url:
+        for over in combos:
+            c = copy.deepcopy(cfg)
+            for key, raw in over.items():
+                config_mod.from_dict({key.split(".")[0]: {key.split(".")[1]: config_mod.parse_override_value(raw)}}, c)
+            config_mod.validate(c)
+            summary, ceilings[c.runner.concurrency] = await bench.run_bench(
+                c, device, args.seconds, args.warmup, args.learn, url,
+                ceiling=ceilings.get(c.runner.concurrency))
+            summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
+                           max_wait_ms=c.batcher.max_wait_ms, max_batch_size=c.batcher.max_batch_size)
+            rows.append((over, summary))
+            if not args.sweep and args.json != "-":
+                print(bench.report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency})"))
+    if args.sweep and args.json != "-":
+        print(bench.sweep_table(rows))
+    result = rows[0][1] if not args.sweep else {"sweep": [s for _, s in rows]}
+    if args.json == "-":
+        print(bench.to_json(result))
+    elif args.json:
+        Path(args.json).write_text(bench.to_json(result) + "\n")
+        print(f"[bench] JSON written to {args.json}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    cfg = load_config(args)
+    if args.seconds <= 0 or args.warmup < 0:
+        raise UserError("--seconds must be > 0 and --warmup >= 0")
+    return run_async(_bench(cfg, args))
+
+
 # -- entry point ------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,6 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
     _add_config_flags(ev, skip=("--opponent",))
     ev.set_defaults(func=cmd_eval)
+
+    be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")
+    be.add_argument("--seconds", type=float, default=30.0, help="measured window per phase")
+    be.add_argument("--warmup", type=float, default=8.0, help="unmeasured ramp-up per phase")
+    be.add_argument("--json", nargs="?", const="-", default=None,
+                    help="write the result as one JSON object to PATH (no PATH: stdout only)")
+    be.add_argument("--learn", action="store_true", help="also measure with PPO updates running")
+    be.add_argument("--sweep", default=None,
+                    help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
+    _add_config_flags(be)
+    be.set_defaults(func=cmd_bench)
 
     return p
 

@@ -1,0 +1,298 @@
+"""``maple-async bench``: throughput against the RandomPlayer ceiling, same server, same run.
+
+Each phase plays battles continuously and counts only a steady-state window (after a
+warm-up, so ramp-up and the server's JIT warm-up are excluded):
+
+* **ceiling**  poke-env RandomPlayer vs RandomPlayer at the same concurrency;
+* **runner**   maple-async self-play with the chosen network and the full encoder;
+* **learn**    (``--learn``) the same with PPO updates running in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sys
+
+import numpy as np
+from poke_env.player import RandomPlayer
+
+from .runner import ForgetfulBaseline, close_players, player_kwargs, quiet_logger, run_id
+
+
+def percentile(values, q: float) -> float:
+    """``q``-th percentile (0-100) with linear interpolation; NaN for no values."""
+    if len(values) == 0:
+        return float("nan")
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("nan")
+
+
+@dataclass
+class Window:
+    """Counts over one steady-state window."""
+
+    seconds: float = 0.0
+    battles: int = 0
+    decisions: int = 0
+    cpu_s: float = 0.0  # process CPU time (all Python threads)
+    batch_sizes: list = field(default_factory=list)
+    latencies: list = field(default_factory=list)
+    encode_s: float = 0.0
+    forward_s: float = 0.0
+    bookkeeping_s: float = 0.0
+    in_flight: float = 0.0  # mean battles in flight during the window
+
+    @property
+    def battles_per_s(self) -> float:
+        return self.battles / self.seconds if self.seconds else 0.0
+
+    @property
+    def decisions_per_s(self) -> float:
+        return self.decisions / self.seconds if self.seconds else 0.0
+
+    def us_per_decision(self, seconds: float) -> float:
+        return 1e6 * seconds / self.decisions if self.decisions else float("nan")
+
+
+class CountingRandomPlayer(ForgetfulBaseline, RandomPlayer):
+    """RandomPlayer that counts its decisions and finished battles (the ceiling)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        quiet_logger(self)
+        self.n_decisions = 0
+        self.n_finished = 0
+
+    def choose_move(self, battle):
+        self.n_decisions += 1
+        return super().choose_move(battle)
+
+    def _battle_finished_callback(self, battle):
+        self.n_finished += 1
+        super()._battle_finished_callback(battle)
+
+
+async def _forfeit_all(players) -> None:
+    for p in players:
+        for tag, b in list(p.battles.items()):
+            if not b.finished:
+                try:
+                    await p.ps_client.send_message("/forfeit", tag)
+                except Exception:
+                    pass
+
+
+async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot) -> tuple[dict, dict, float, float]:
+    """Play continuously; return snapshots at the window's start and end, and its length."""
+    task = asyncio.get_running_loop().create_task(p1.battle_against(p2, n_battles=10 ** 7))
+    in_flight = []
+    try:
+        await asyncio.sleep(warmup_s)
+        s0, t0, c0 = snapshot(), time.perf_counter(), time.process_time()
+        end = t0 + seconds
+        while time.perf_counter() < end:
+            await asyncio.sleep(min(0.5, max(end - time.perf_counter(), 0)))
+            in_flight.append(sum(not b.finished for b in p1.battles.values()))
+        s1, t1, c1 = snapshot(), time.perf_counter(), time.process_time()
+    finally:
+        task.cancel()
+    s0["cpu"], s1["cpu"] = c0, c1
+    return s0, s1, t1 - t0, float(np.mean(in_flight)) if in_flight else 0.0
+
+
+async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: float,
+                          battle_format: str) -> Window:
+    tag = run_id()
+    p1 = CountingRandomPlayer(**player_kwargs(url, f"ceil{tag}a", concurrency, battle_format))
+    p2 = CountingRandomPlayer(**player_kwargs(url, f"ceil{tag}b", concurrency, battle_format))
+    snap = lambda: {"b": p1.n_finished, "d": p1.n_decisions + p2.n_decisions}  # noqa: E731
+    try:
+        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
+    finally:
+        await _forfeit_all([p1, p2])
+        await close_players(p1, p2)
+    return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
+                  cpu_s=s1["cpu"] - s0["cpu"], in_flight=inflight)
+
+
+async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
+                         learn: bool = False) -> Window:
+    """maple-async self-play (one agent drives both sides), optionally learning."""
+    import copy
+
+    from . import networks as nets
+    from .learner import Learner
+    from .runner import Agent, PolicyPlayer
+
+    net = nets.from_config(cfg.network)
+    policy = nets.InferencePolicy(copy.deepcopy(net), device)
+    trajs: list = []
+    agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=learn, on_trajectory=trajs.append)
+    learner = Learner(net, cfg.ppo, device) if learn else None
+    tag = run_id()
+    fmt, conc = cfg.runner.battle_format, cfg.runner.concurrency
+    p1 = PolicyPlayer(agent, "self", **player_kwargs(url, f"bench{tag}a", conc, fmt))
+    p2 = PolicyPlayer(agent, "self", **player_kwargs(url, f"bench{tag}b", conc, fmt))
+    agent.batcher.start()
+    stop = asyncio.Event()
+
+    async def learn_loop():
+        version = 0
+        while not stop.is_set():
+            await asyncio.sleep(0.2)
+            if len(trajs) >= cfg.train.battles_per_update:
+                batch = trajs[:]
+                trajs.clear()
+                await asyncio.to_thread(learner.update, batch)
+                version += 1
+                agent.batcher.set_weights(learner.weights_cpu(), version)
+
+    learn_task = asyncio.get_running_loop().create_task(learn_loop()) if learn else None
+    st, bs = agent.stats, agent.batcher.stats
+
+    def snap():
+        return {"b": p1.results["won"] + p1.results["lost"] + p1.results["tied"], "d": st.decisions,
+                "nb": len(bs.batch_sizes), "nl": len(st.latencies), "enc": st.encode_s,
+                "fwd": bs.forward_s, "book": st.bookkeeping_s}
+    try:
+        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
+    finally:
+        stop.set()
+        if learn_task is not None:
+            learn_task.cancel()
+        agent.closing = True
+        await _forfeit_all([p1, p2])
+        await close_players(p1, p2)
+        await agent.batcher.close()
+    return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
+                  cpu_s=s1["cpu"] - s0["cpu"], batch_sizes=bs.batch_sizes[s0["nb"]:s1["nb"]],
+                  latencies=st.latencies[s0["nl"]:s1["nl"]], encode_s=s1["enc"] - s0["enc"],
+                  forward_s=s1["fwd"] - s0["fwd"], bookkeeping_s=s1["book"] - s0["book"],
+                  in_flight=inflight)
+
+
+def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -> dict:
+    out = {
+        "ceiling_battles_per_s": ceiling.battles_per_s,
+        "ceiling_decisions_per_s": ceiling.decisions_per_s,
+        "runner_battles_per_s": runner.battles_per_s,
+        "ratio": ratio(runner.battles_per_s, ceiling.battles_per_s),
+        "decisions_per_s": runner.decisions_per_s,
+        "decisions_ratio": ratio(runner.decisions_per_s, ceiling.decisions_per_s),
+        "mean_batch_size": float(np.mean(runner.batch_sizes)) if runner.batch_sizes else 0.0,
+        "p50_batch_size": percentile(runner.batch_sizes, 50),
+        "p95_batch_size": percentile(runner.batch_sizes, 95),
+        "battles_in_flight": runner.in_flight,
+        "p50_latency_ms": 1e3 * percentile(runner.latencies, 50),
+        "p99_latency_ms": 1e3 * percentile(runner.latencies, 99),
+        # encode + bookkeeping: the Python work maple-async adds per decision
+        "cpu_us_per_decision": runner.us_per_decision(runner.encode_s + runner.bookkeeping_s),
+        "encode_us_per_decision": runner.us_per_decision(runner.encode_s),
+        "forward_us_per_decision": runner.us_per_decision(runner.forward_s),
+        "bookkeeping_us_per_decision": runner.us_per_decision(runner.bookkeeping_s),
+        "process_cpu_us_per_decision": runner.us_per_decision(runner.cpu_s),
+        "ceiling_process_cpu_us_per_decision": ceiling.us_per_decision(ceiling.cpu_s),
+        "window_s": runner.seconds,
+    }
+    if learn is not None:
+        out["learn_battles_per_s"] = learn.battles_per_s
+        out["learn_ratio"] = ratio(learn.battles_per_s, ceiling.battles_per_s)
+        out["learn_decisions_per_s"] = learn.decisions_per_s
+    return out
+
+
+def report(s: dict, label: str = "") -> str:
+    lines = [
+        f"== maple-async bench {label}".rstrip(),
+        f"ceiling (RandomPlayer vs RandomPlayer): {s['ceiling_battles_per_s']:.2f} battles/s, "
+        f"{s['ceiling_decisions_per_s']:.0f} decisions/s",
+        f"maple-async self-play:                  {s['runner_battles_per_s']:.2f} battles/s, "
+        f"{s['decisions_per_s']:.0f} decisions/s",
+        f"ratio to ceiling:                       {s['ratio']:.3f} (battles), "
+        f"{s['decisions_ratio']:.3f} (decisions)",
+        f"inference batch size:                   mean {s['mean_batch_size']:.1f}, "
+        f"p50 {s['p50_batch_size']:.0f}, p95 {s['p95_batch_size']:.0f} "
+        f"(battles in flight {s['battles_in_flight']:.0f})",
+        f"decision latency (request -> order):    p50 {s['p50_latency_ms']:.1f} ms, "
+        f"p99 {s['p99_latency_ms']:.1f} ms",
+        f"CPU per decision:                       encode {s['encode_us_per_decision']:.0f} us, "
+        f"batch+forward {s['forward_us_per_decision']:.0f} us, "
+        f"bookkeeping {s['bookkeeping_us_per_decision']:.0f} us "
+        f"(encode+bookkeeping {s['cpu_us_per_decision']:.0f} us)",
+        f"whole process CPU per decision:         {s['process_cpu_us_per_decision']:.0f} us "
+        f"(ceiling: {s['ceiling_process_cpu_us_per_decision']:.0f} us, poke-env parsing included)",
+    ]
+    if "learn_battles_per_s" in s:
+        lines.append(f"with learning on:                       {s['learn_battles_per_s']:.2f} battles/s "
+                     f"(ratio {s['learn_ratio']:.3f})")
+    return "\n".join(lines)
+
+
+def parse_sweep(spec: str) -> list[dict]:
+    """``"concurrency=8,32 max_wait_ms=0,2"`` -> every combination as override dicts."""
+    from .config import ConfigError
+    aliases = {"concurrency": "runner.concurrency", "max_wait_ms": "batcher.max_wait_ms",
+               "max_batch_size": "batcher.max_batch_size", "network": "network.kind"}
+    axes = []
+    for part in spec.split():
+        name, _, values = part.partition("=")
+        if not values:
+            raise ConfigError(f"--sweep: expected name=v1,v2,... got {part!r}")
+        key = aliases.get(name, name)
+        vals = [v for v in values.split(",") if v]
+        axes.append([(key, v) for v in vals])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+async def progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
+                    ceiling: Optional[Window] = None) -> tuple[dict, Window]:
+    if ceiling is None:
+        progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
+                 f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
+        ceiling = await measure_ceiling(url, cfg.runner.concurrency, seconds, warmup_s,
+                                        cfg.runner.battle_format)
+    progress(f"maple-async self-play ({cfg.network.kind}, {device}, concurrency "
+             f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}), same server")
+    runner = await measure_runner(url, cfg, device, seconds, warmup_s)
+    learn_w = None
+    if learn:
+        progress("maple-async self-play with learning on")
+        learn_w = await measure_runner(url, cfg, device, seconds, warmup_s, learn=True)
+    return summarise(ceiling, runner, learn_w), ceiling
+
+
+def check_finite_positive(summary: dict) -> list[str]:
+    keys = ("ceiling_battles_per_s", "runner_battles_per_s", "ratio", "decisions_per_s",
+            "mean_batch_size", "cpu_us_per_decision")
+    return [k for k in keys if not (isinstance(summary.get(k), (int, float))
+                                    and math.isfinite(summary[k]) and summary[k] > 0)]
+
+
+def sweep_table(rows: list[tuple[dict, dict]]) -> str:
+    head = f"{'concurrency':>11} {'max_wait_ms':>11} {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
+           f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}"
+    out = [head]
+    for over, s in rows:
+        out.append(f"{over.get('runner.concurrency', '-'):>11} {over.get('batcher.max_wait_ms', '-'):>11} "
+                   f"{s['ceiling_battles_per_s']:>11.2f} {s['runner_battles_per_s']:>9.2f} {s['ratio']:>6.2f} "
+                   f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} {s['p99_latency_ms']:>7.1f} "
+                   f"{s['cpu_us_per_decision']:>11.0f}")
+    return "\n".join(out)
+
+
+def to_json(summary: dict) -> str:
+    return json.dumps(summary, indent=2, sort_keys=True)

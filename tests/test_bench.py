@@ -1,0 +1,58 @@
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from maple_async import bench
+
+
+def test_percentile_and_ratio():
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5
+    assert bench.percentile(list(range(101)), 95) == 95
+    assert math.isnan(bench.percentile([], 50))
+    assert bench.ratio(9, 10) == 0.9 and math.isnan(bench.ratio(1, 0))
+
+
+def test_summarise_ratios_and_per_decision_split():
+    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0)
+    runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=3.0,
+                          batch_sizes=[10, 20, 30, 40], latencies=[0.001, 0.002, 0.003],
+                          encode_s=0.2, forward_s=0.4, bookkeeping_s=0.12, in_flight=60)
+    s = bench.summarise(ceiling, runner)
+    assert s["ceiling_battles_per_s"] == 10 and s["runner_battles_per_s"] == 9
+    assert s["ratio"] == pytest.approx(0.9)
+    assert s["decisions_ratio"] == pytest.approx(0.8)
+    assert s["mean_batch_size"] == 25 and s["p50_batch_size"] == 25
+    assert s["encode_us_per_decision"] == pytest.approx(50)
+    assert s["bookkeeping_us_per_decision"] == pytest.approx(30)
+    assert s["cpu_us_per_decision"] == pytest.approx(80)
+    assert s["forward_us_per_decision"] == pytest.approx(100)
+    assert s["p50_latency_ms"] == pytest.approx(2.0)
+    assert bench.check_finite_positive(s) == []
+    s["ratio"] = float("nan")
+    assert bench.check_finite_positive(s) == ["ratio"]
+
+
+def test_parse_sweep():
+    combos = bench.parse_sweep("concurrency=8,32 max_wait_ms=0,2,10")
+    assert len(combos) == 6
+    assert combos[0] == {"runner.concurrency": "8", "batcher.max_wait_ms": "0"}
+    assert combos[-1] == {"runner.concurrency": "32", "batcher.max_wait_ms": "10"}
+    from maple_async.config import ConfigError
+    with pytest.raises(ConfigError):
+        bench.parse_sweep("concurrency")
+
+
+@pytest.mark.integration
+def test_bench_json_has_every_key(showdown_url):
+    p = subprocess.run([sys.executable, "-m", "maple_async.cli", "bench", "--seconds", "5", "--warmup", "3",
+                        "--json", "--server", showdown_url, "--concurrency", "16"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads(p.stdout)
+    for key in ("ceiling_battles_per_s", "runner_battles_per_s", "ratio", "decisions_per_s",
+                "mean_batch_size", "cpu_us_per_decision"):
+        assert key in data, key
+        assert math.isfinite(data[key]) and data[key] > 0, (key, data[key])
