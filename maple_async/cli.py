@@ -142,7 +142,8 @@ async def _play(cfg, n_battles: int) -> int:
     net = nets.from_config(cfg.network)
     policy = nets.InferencePolicy(net, device)
     agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
-    async with server_for(cfg.server) as url:
+    async with server_for(cfg.server) as server:
+        url = server.url
         prog = asyncio.get_running_loop().create_task(
             _progress("play", lambda: agent.stats.battles // (2 if cfg.runner.opponent == "self" else 1), n_battles))
         try:
@@ -180,8 +181,9 @@ async def _train(cfg, resume: Optional[str]) -> int:
 
     device = setup_torch(cfg)
     trainer = Trainer(cfg, device, resume=resume)
-    async with server_for(cfg.server) as url:
-        await trainer.run(url)
+    async with server_for(cfg.server) as server:
+        await trainer.run(server)
+        url = server.url
         if cfg.train.eval_battles:
             from . import networks as nets
             policy = nets.InferencePolicy(trainer.learner.network, device, greedy=True)
@@ -209,8 +211,8 @@ async def _eval(cfg, args) -> int:
 
     device = setup_torch(cfg)
     policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=not args.sample)
-    async with server_for(cfg.server) as url:
-        res = await evaluate(policy, url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
+    async with server_for(cfg.server) as server:
+        res = await evaluate(policy, server.url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
                              concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
                              device=device)
     print(res.line())
@@ -239,7 +241,8 @@ async def _bench(cfg, args) -> int:
     device = setup_torch(cfg)
     combos = bench.parse_sweep(args.sweep) if args.sweep else [{}]
     rows, ceilings = [], {}
-    async with server_for(cfg.server, quiet=True) as url:
+    async with server_for(cfg.server, quiet=True) as server:
+        url = server.url
         for over in combos:
             c = copy.deepcopy(cfg)
             for key, raw in over.items():
@@ -316,7 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _sigterm_as_interrupt(signum, frame):
+    # Until an event loop installs its own handler (train: graceful stop), SIGTERM unwinds
+    # like Ctrl-C so managed servers are stopped by their context managers.
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    import signal
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)

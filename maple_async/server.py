@@ -175,6 +175,8 @@ class ShowdownServer:
     home: Optional[Path] = None
     start_timeout_s: float = 180.0
     log_path: Optional[Path] = None
+    # Attached servers die with this Python process; `maple-async server start` detaches.
+    attached: bool = True
 
     def __post_init__(self) -> None:
         if self.host not in LOOPBACK:
@@ -217,6 +219,7 @@ class ShowdownServer:
             cwd=pkg, stdout=self._log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # own process group: stop() takes its simulators too
+            preexec_fn=_die_with_parent if self.attached else None,
         )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -269,6 +272,15 @@ class ShowdownServer:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the Python parent dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def _kill_group(pgid: int, timeout: float) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
@@ -296,7 +308,7 @@ def _state_dir(home: Optional[Path] = None) -> Path:
 
 async def start_detached(port: int = 0, home: Optional[Path] = None,
                          timeout: float = 180.0) -> dict:
-    srv = ShowdownServer(port=port, home=home, start_timeout_s=timeout)
+    srv = ShowdownServer(port=port, home=home, start_timeout_s=timeout, attached=False)
     await srv.start()
     info = {"port": srv.port, "pid": srv.pid, "url": srv.url, "log": str(srv.log_path),
             "started": time.time()}
@@ -330,12 +342,38 @@ def stop_detached(port: Optional[int] = None, home: Optional[Path] = None) -> li
     return stopped
 
 
+class ServerHandle:
+    """The server a run uses: managed (restartable) or the user's (reconnect with backoff)."""
+
+    def __init__(self, url: str, managed: Optional[ShowdownServer] = None):
+        self._url = url
+        self.managed = managed
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return self.managed.url if self.managed is not None else self._url
+
+    async def healthy(self) -> bool:
+        if self.managed is not None and not self.managed.alive():
+            return False
+        return await check_health(self.url, timeout=3.0)
+
+    async def recover(self, timeout: float = 120.0) -> None:
+        """Restart a managed server, or wait (with backoff) for the user's to come back."""
+        self.restarts += 1
+        if self.managed is not None:
+            await self.managed.restart()
+        else:
+            await wait_reachable(self._url, timeout=timeout)
+
+
 @contextlib.asynccontextmanager
 async def server_for(server_cfg, quiet: bool = False):
-    """Yield the URL of a usable server: the user's (checked) or a managed loopback one."""
+    """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one."""
     if server_cfg.url:
         await wait_reachable(server_cfg.url, timeout=10.0)
-        yield http_url(server_cfg.url)
+        yield ServerHandle(http_url(server_cfg.url))
         return
     srv = ShowdownServer(port=server_cfg.port, host=server_cfg.host,
                          home=Path(server_cfg.home) if server_cfg.home else None,
@@ -345,6 +383,6 @@ async def server_for(server_cfg, quiet: bool = False):
         print(f"[maple-async] managed Showdown {SHOWDOWN_VERSION} at {srv.url} "
               f"(pid {srv.pid}, log {srv.log_path})", flush=True)
     try:
-        yield srv.url
+        yield ServerHandle(srv.url, srv)
     finally:
         srv.stop()

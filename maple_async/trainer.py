@@ -102,11 +102,14 @@ class Trainer:
             lp = nets.InferencePolicy(copy.deepcopy(self.learner.network), device)
             self.league_agent = Agent(lp, cfg.batcher, name="league")
         self._trajs: list[Trajectory] = []
-        self._have_batch = asyncio.Event()
+        self._wake = asyncio.Event()  # enough trajectories, a stop request, or a fault
         self._stop = asyncio.Event()
+        self._fault = asyncio.Event()
+        self.faults = 0
         self.stop_reason = ""
         self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard)
         self.trained_trajectories = 0
+        self.collected_trajectories = 0  # finished ones; all must be trained on
 
     # -- checkpoints -----------------------------------------------------------------------
     def _resume(self, path: str) -> None:
@@ -130,9 +133,10 @@ class Trainer:
 
     # -- trajectories ------------------------------------------------------------------------
     def _on_trajectory(self, traj: Trajectory) -> None:
+        self.collected_trajectories += 1
         self._trajs.append(traj)
         if len(self._trajs) >= self.cfg.train.battles_per_update:
-            self._have_batch.set()
+            self._wake.set()
 
     # -- lanes -------------------------------------------------------------------------------
     def _make_lanes(self, url: str) -> list[Lane]:
@@ -167,61 +171,90 @@ class Trainer:
             self.stop_reason = reason
             self._print(f"[train] stopping: {reason}")
             self._stop.set()
-            self._have_batch.set()
+            self._wake.set()
 
     def _print(self, msg: str) -> None:
         if not self.quiet:
             print(msg, flush=True)
 
-    async def run(self, url: str) -> dict:
-        cfg = self.cfg
+    async def _watch_server(self, server, period_s: float = 2.0) -> None:
+        """Flag a fault when the server process dies or stops answering twice in a row."""
+        misses = 0
+        while True:
+            await asyncio.sleep(period_s)
+            if server.managed is not None and not server.managed.alive():
+                misses = 2
+            else:
+                misses = 0 if await server.healthy() else misses + 1
+            if misses >= 2:
+                self._fault.set()
+                self._wake.set()
+                return
+
+    def _start_lanes(self, url: str, agents: list) -> tuple[list, list, list]:
+        loop = asyncio.get_running_loop()
+        for a in agents:
+            a.closing = False
+        lanes = self._make_lanes(url)
+        players = [p for ln in lanes for p in (ln.me, ln.opponent)]
+        tasks = [loop.create_task(watchdog(a, players, self.cfg.runner.battle_timeout_s)) for a in agents]
+        for ln in lanes:
+            ln.task = loop.create_task(ln.me.battle_against(ln.opponent, n_battles=ln.n_battles),
+                                       name=f"lane-{ln.name}")
+            tasks.append(ln.task)
+        self._print("[train] lanes: " + ", ".join(
+            f"{ln.name} (concurrency {ln.me._max_concurrent_battles})" for ln in lanes))
+        return lanes, players, tasks
+
+    async def run(self, server) -> dict:
+        """Train until done or stopped; survive server faults. ``server``: a ServerHandle or URL."""
+        from .server import ServerHandle
+        if isinstance(server, str):
+            server = ServerHandle(server)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
             except (NotImplementedError, RuntimeError):
                 pass
-        lanes = self._make_lanes(url)
         agents = [a for a in (self.agent, self.league_agent) if a is not None]
         for a in agents:
             a.batcher.start()
         if self.league_agent is not None:
             self._refresh_league()
-        players = [p for ln in lanes for p in (ln.me, ln.opponent)]
-        dogs = [loop.create_task(watchdog(a, players, cfg.runner.battle_timeout_s)) for a in agents]
-        for ln in lanes:
-            ln.task = loop.create_task(ln.me.battle_against(ln.opponent, n_battles=ln.n_battles),
-                                       name=f"lane-{ln.name}")
-        self._print(f"[train] lanes: " + ", ".join(
-            f"{ln.name} (concurrency {ln.me._max_concurrent_battles})" for ln in lanes))
         t_start = time.perf_counter()
         seconds_before = self.counters["seconds"]
         last = {"t": t_start, "dec": self.agent.stats.decisions, "bat": self.agent.batcher.stats.batches,
                 "bdec": self.agent.batcher.stats.decisions}
         summary: dict = {}
+        lanes, players, tasks = [], [], []
         try:
             while not self._stop.is_set():
-                await self._have_batch.wait()
-                self._have_batch.clear()
-                if all(ln.task.done() for ln in lanes) and len(self._trajs) < cfg.train.battles_per_update:
-                    self.request_stop("all lanes finished")
-                if len(self._trajs) < cfg.train.battles_per_update:
-                    if self._stop.is_set():
-                        break
-                    continue
-                batch, self._trajs = self._trajs, []
-                summary = await self._update(batch, last, t_start, seconds_before)
-                now = time.perf_counter()
-                if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
-                    self.save_checkpoint()
-                if self.league_agent is not None:
-                    self._refresh_league()
-                if self.counters["battles"] >= cfg.train.total_battles:
-                    self.request_stop(f"reached {cfg.train.total_battles} battles")
-                elif cfg.train.max_minutes and (now - t_start) / 60 >= cfg.train.max_minutes:
-                    self.request_stop(f"reached {cfg.train.max_minutes} minutes")
+                self._fault.clear()
+                lanes, players, tasks = self._start_lanes(server.url, agents)
+                monitor = loop.create_task(self._watch_server(server))
+                tasks.append(monitor)
+                summary = await self._train_until_stop_or_fault(lanes, last, t_start, seconds_before) or summary
+                if not self._fault.is_set() or self._stop.is_set():
+                    break
+                in_flight = sum(len(a.live) for a in agents)
+                self._print(f"[train] server fault: abandoning {in_flight} in-flight battle sides "
+                            f"(partial trajectories dropped, {len(self._trajs)} finished ones kept); "
+                            f"recovering the server")
+                self.faults += 1
+                await self._stop_lanes(tasks, agents, players, forfeit=False)
+                lanes, players, tasks = [], [], []
+                await server.recover()
+                self._print(f"[train] server back at {server.url}; resuming")
         finally:
-            await self._shutdown(lanes, agents, dogs, players)
+            await self._stop_lanes(tasks, agents, players, forfeit=True)
+            for a in agents:
+                await a.batcher.close()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
             if self._trajs:
                 # Finished battles are never thrown away: a last, smaller update uses them.
                 batch, self._trajs = self._trajs, []
@@ -230,6 +263,52 @@ class Trainer:
             self.save_checkpoint(final=True)
             self.metrics.close()
         return summary
+
+    async def _train_until_stop_or_fault(self, lanes, last, t_start, seconds_before) -> dict:
+        cfg = self.cfg
+        summary: dict = {}
+        while not self._stop.is_set() and not self._fault.is_set():
+            await self._wake.wait()
+            self._wake.clear()
+            if len(self._trajs) < cfg.train.battles_per_update:
+                if all(ln.task.done() for ln in lanes):
+                    self.request_stop("all lanes finished")
+                continue
+            batch, self._trajs = self._trajs, []
+            summary = await self._update(batch, last, t_start, seconds_before)
+            now = time.perf_counter()
+            if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
+                self.save_checkpoint()
+            if self.league_agent is not None:
+                self._refresh_league()
+            if self.counters["battles"] >= cfg.train.total_battles:
+                self.request_stop(f"reached {cfg.train.total_battles} battles")
+            elif cfg.train.max_minutes and (now - t_start) / 60 >= cfg.train.max_minutes:
+                self.request_stop(f"reached {cfg.train.max_minutes} minutes")
+        return summary
+
+    async def _stop_lanes(self, tasks, agents, players, forfeit: bool, grace_s: float = 10.0) -> None:
+        """Stop new battles; abandon in-flight ones (never trained on); close sockets."""
+        for t in tasks:
+            t.cancel()
+        # Abandon before forfeiting, so the forfeits' end messages make no trajectories.
+        for a in agents:
+            a.closing = True
+            for key in list(a.live):
+                a.abandon(key)
+        if forfeit:
+            for p in players:
+                for tag, battle in list(p.battles.items()):
+                    if not battle.finished:
+                        try:
+                            await p.ps_client.send_message("/forfeit", tag)
+                        except Exception:
+                            pass
+            deadline = time.perf_counter() + grace_s
+            while time.perf_counter() < deadline and any(
+                    not b.finished for p in players for b in p.battles.values()):
+                await asyncio.sleep(0.1)
+        await close_players(*players)
 
     async def _update(self, batch, last: dict, t_start: float, seconds_before: float) -> dict:
         metrics = await asyncio.to_thread(self.learner.update, batch)
@@ -241,32 +320,6 @@ class Trainer:
         self.counters["seconds"] = seconds_before + (now - t_start)
         self.trained_trajectories += len(batch)
         return self._log_update(batch, metrics, last, now)
-
-    async def _shutdown(self, lanes, agents, dogs, players, grace_s: float = 10.0) -> None:
-        """Stop new battles, forfeit the ones in flight (never trained on), close sockets."""
-        for t in [ln.task for ln in lanes] + dogs:
-            if t is not None:
-                t.cancel()
-        # Partial trajectories are dropped: abandon before forfeiting, so the forfeits'
-        # end messages do not produce trajectories.
-        for a in agents:
-            a.closing = True
-            for key in list(a.live):
-                a.abandon(key)
-        for p in players:
-            for tag, battle in list(p.battles.items()):
-                if not battle.finished:
-                    try:
-                        await p.ps_client.send_message("/forfeit", tag)
-                    except Exception:
-                        pass
-        deadline = time.perf_counter() + grace_s
-        while time.perf_counter() < deadline and any(
-                not b.finished for p in players for b in p.battles.values()):
-            await asyncio.sleep(0.1)
-        await close_players(*players)
-        for a in agents:
-            await a.batcher.close()
 
     def _log_update(self, batch, m: dict, last: dict, now: float) -> dict:
         a, bs = self.agent, self.agent.batcher.stats

@@ -1,0 +1,219 @@
+"""Faults, bad input and shutdown (issue: reliability). Real local servers throughout."""
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from maple_async import config as C
+from maple_async import networks as nets
+from maple_async.config import BatcherConfig
+from maple_async.runner import Agent, play
+from maple_async.server import ServerHandle, ShowdownServer
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "maple_async.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+# -- server killed mid-run --------------------------------------------------------------
+
+async def test_training_survives_server_kill(tmp_path):
+    from maple_async.trainer import Trainer
+
+    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 64,
+                                      "train.battles_per_update": 16})
+    trainer = Trainer(cfg, "cpu", quiet=True)
+    srv = ShowdownServer()
+    await srv.start()
+    handle = ServerHandle(srv.url, srv)
+    killed = {}
+
+    async def killer():
+        while trainer.learner.updates < 1:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # battles in flight
+        killed["in_flight"] = len(trainer.agent.live)
+        os.killpg(srv.pid, signal.SIGKILL)
+
+    k = asyncio.get_running_loop().create_task(killer())
+    try:
+        await asyncio.wait_for(trainer.run(handle), 360)
+    finally:
+        k.cancel()
+        srv.stop()
+    assert killed["in_flight"] > 0
+    assert trainer.faults == 1 and handle.restarts == 1
+    assert trainer.counters["battles"] >= 64  # training went on after the restart
+    # Nothing finished was lost; nothing half-played was trained on.
+    assert trainer.trained_trajectories == trainer.collected_trajectories
+    assert trainer.agent.stats.abandoned >= killed["in_flight"]
+    assert len(trainer.agent.hidden) == 0 and len(trainer.agent.live) == 0
+    assert (tmp_path / "run" / "latest.pt").exists()
+
+
+# -- battle-level faults ---------------------------------------------------------------
+
+class InvalidFirstAgent(Agent):
+    """Sends an order Showdown rejects ([Invalid choice]) at each battle's first request."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.sabotaged = set()
+
+    async def choose(self, battle, opponent):
+        order = await super().choose(battle, opponent)
+        key = self.key(battle)
+        if key not in self.sabotaged and battle.active_pokemon is not None and battle.available_moves:
+            self.sabotaged.add(key)
+
+            class Bad:
+                message = "/choose move 9"  # there is no 9th move
+            return Bad()
+        return order
+
+
+async def test_invalid_choice_is_redecided_never_loops(showdown_url):
+    agent = InvalidFirstAgent(nets.InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig(),
+                              record=True, on_trajectory=lambda t: None)
+    res = await asyncio.wait_for(play(agent, showdown_url, 6, opponent="random", concurrency=6), 240)
+    await agent.batcher.close()
+    assert res.battles == 6
+    assert agent.stats.invalid_choices >= len(agent.sabotaged) > 0
+    assert agent.stats.retries >= len(agent.sabotaged)
+    assert len(agent.hidden) == 0
+
+
+async def test_silent_battle_is_abandoned_and_freed(showdown_url):
+    from poke_env.player import RandomPlayer
+
+    from maple_async.runner import PolicyPlayer, close_players, player_kwargs, run_id, watchdog
+
+    class StallingOpponent(RandomPlayer):
+        """Never answers in its first battle: that battle goes silent for us."""
+        stalled = None
+
+        def choose_move(self, battle):
+            if StallingOpponent.stalled in (None, battle.battle_tag):
+                StallingOpponent.stalled = battle.battle_tag
+                return asyncio.get_running_loop().create_future()  # never resolved
+            return super().choose_move(battle)
+
+    agent = Agent(nets.InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig())
+    tag = run_id()
+    me = PolicyPlayer(agent, "stall", **player_kwargs(showdown_url, f"stl{tag}a", 4, "gen9randombattle"))
+    opp = StallingOpponent(**player_kwargs(showdown_url, f"stl{tag}b", 4, "gen9randombattle"))
+    agent.batcher.start()
+    dog = asyncio.get_running_loop().create_task(watchdog(agent, [me], timeout_s=3.0, period_s=0.5))
+    try:
+        await asyncio.wait_for(me.battle_against(opp, n_battles=4), 180)
+    finally:
+        dog.cancel()
+        await close_players(me, opp)
+        await agent.batcher.close()
+    assert agent.stats.abandoned == 1  # the stalled battle, forfeited by us
+    assert me.results["lost"] >= 1 and sum(me.results.values()) == 4
+    assert len(agent.hidden) == 0 and len(agent.live) == 0
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+def _assert_user_error(p, needle):
+    assert p.returncode == 2, (p.returncode, p.stdout[-1000:], p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    err_lines = [ln for ln in p.stderr.splitlines() if ln.startswith("maple-async: error:")]
+    assert len(err_lines) == 1 and needle in err_lines[0], p.stderr[-2000:]
+
+
+def test_bad_inputs_give_one_clear_line(tmp_path):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("runner: [unclosed\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("runner:\n  concurency: 4\n")
+    wrong_type = tmp_path / "wrong.yaml"
+    wrong_type.write_text("runner:\n  concurrency: lots\n")
+    cases = [
+        (["play", "--config", str(bad_yaml)], "malformed YAML"),
+        (["play", "--config", str(unknown)], "unknown config key 'runner.concurency'"),
+        (["play", "--config", str(wrong_type)], "'runner.concurrency' must be int"),
+        (["play", "--concurrency", "-3"], "'runner.concurrency' must be > 0"),
+        (["play", "--concurrency", "0"], "'runner.concurrency' must be > 0"),
+        (["play", "--max-batch-size", "0"], "'batcher.max_batch_size' must be > 0"),
+        (["train", "--config", str(tmp_path / "missing.yaml")], "config file not found"),
+        (["eval", "--checkpoint", str(tmp_path / "none.pt")], "checkpoint not found"),
+        (["play", "--server", "http://127.0.0.1:9", "--battles", "1"], "unreachable"),
+        (["play", "--server.host", "0.0.0.0"], "loopback"),
+    ]
+    for args, needle in cases:
+        _assert_user_error(run_cli(*args), needle)
+
+
+def test_checkpoint_of_another_shape_is_refused(tmp_path):
+    from maple_async.trainer import Trainer
+    cfg = C.load(None, {"train.run_dir": str(tmp_path / "r"), "network.hidden_size": 16,
+                        "train.tensorboard": False})
+    path = Trainer(cfg, "cpu", quiet=True).save_checkpoint()
+    # Refused before any server is started.
+    p = run_cli("train", "--config", "config/test.yaml", "--train.run_dir", str(tmp_path / "r"),
+                "--network.hidden_size", "32", "--resume", str(path))
+    _assert_user_error(p, "does not fit the configured network")
+    assert "managed Showdown" not in p.stdout
+
+
+def test_node_missing_is_reported(tmp_path):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable), MAPLE_ASYNC_HOME=str(tmp_path / "home"))
+    _assert_user_error(run_cli("server", "install", env=env), "'node' was not found")
+
+
+# -- shutdown -----------------------------------------------------------------------------
+
+def test_sigterm_leaves_checkpoint_and_no_server(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "maple_async.cli", "train", "--config", "config/test.yaml",
+         "--train.run_dir", str(run_dir), "--train.total_battles", "100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server_pid, out = None, []
+    deadline = time.time() + 300
+    for line in proc.stdout:
+        out.append(line)
+        m = re.search(r"managed Showdown .* \(pid (\d+)", line)
+        if m:
+            server_pid = int(m.group(1))
+        if line.startswith("[train] upd    2"):
+            break
+        assert time.time() < deadline, "".join(out[-20:])
+    assert server_pid and pid_alive(server_pid)
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    out.append(rest)
+    assert proc.returncode == 0, "".join(out)[-3000:]
+    assert time.time() - t0 < 60  # bounded shutdown
+    assert "stopping: signal SIGTERM" in rest
+    data = torch.load(run_dir / "latest.pt", weights_only=True)
+    assert data["learner"]["updates"] >= 2
+    time.sleep(0.5)
+    assert not pid_alive(server_pid), "managed Showdown survived SIGTERM"
