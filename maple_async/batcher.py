@@ -52,7 +52,7 @@ class BatcherStats:
     decisions: int = 0
     reasons: Counter = field(default_factory=Counter)  # full / all_waiting / timeout
     batch_sizes: list = field(default_factory=list)  # one entry per batch (bounded)
-    forward_s: float = 0.0
+    forward_s: float = 0.0  # CPU seconds: stacking + forward pass + resolving futures
     failed_batches: int = 0
     failed_decisions: int = 0
 
@@ -178,21 +178,28 @@ class InferenceBatcher:
             self._pending_weights = None
             self.policy.load_state_dict(state_dict, version)
 
+    def _act_timed(self, obs, mask, hidden):
+        c0 = time.thread_time()
+        out = self.policy.act(obs, mask, hidden)
+        return out, time.thread_time() - c0
+
     async def _flush(self, batch: list[_Request], reason: str) -> None:
+        c0 = time.thread_time()
         keys = [r.key for r in batch]
         gens = [r.generation for r in batch]
         obs = np.stack([r.obs for r in batch])
         mask = np.stack([r.mask for r in batch])
         hidden = self.hidden.gather(keys, gens)
         version = self.policy.version
-        t0 = time.perf_counter()
         try:
             if len(batch) >= self.offload_min_batch:
                 loop = asyncio.get_running_loop()
-                actions, logps, values, new_hidden = await loop.run_in_executor(
-                    self._executor, self.policy.act, obs, mask, hidden)
+                c1 = time.thread_time()
+                out, fwd_cpu = await loop.run_in_executor(self._executor, self._act_timed, obs, mask, hidden)
+                c0 -= fwd_cpu - (time.thread_time() - c1)  # count the worker's CPU, not the wait
             else:
-                actions, logps, values, new_hidden = self.policy.act(obs, mask, hidden)
+                out, _ = self._act_timed(obs, mask, hidden)
+            actions, logps, values, new_hidden = out
         except Exception as e:  # a failed forward must not stall every battle
             self.stats.failed_batches += 1
             self.stats.failed_decisions += len(batch)
@@ -203,10 +210,10 @@ class InferenceBatcher:
                 if not r.future.done():
                     r.future.set_result(Decision(-1, 0.0, 0.0, version))
             return
-        self.stats.record(len(batch), reason, time.perf_counter() - t0)
         put = self.hidden.put
         for i, r in enumerate(batch):
             if self.hidden.hidden_dim:
                 put(r.key, r.generation, new_hidden[i])
             if not r.future.done():
                 r.future.set_result(Decision(int(actions[i]), float(logps[i]), float(values[i]), version))
+        self.stats.record(len(batch), reason, time.thread_time() - c0)

@@ -175,23 +175,35 @@ def cmd_play(args) -> int:
 
 # -- train / eval -----------------------------------------------------------------------
 
+async def _final_eval(cfg, trainer, server, device) -> None:
+    from . import networks as nets
+    from .trainer import evaluate
+    policy = nets.InferencePolicy(trainer.learner.network, device, greedy=True)
+    for opp in ("random", "max_power"):
+        res = await evaluate(policy, server.url, opp, cfg.train.eval_battles, batcher_cfg=cfg.batcher,
+                             concurrency=min(cfg.runner.concurrency, 32),
+                             battle_format=cfg.runner.battle_format, device=device)
+        print(res.line(), flush=True)
+
+
 async def _train(cfg, resume: Optional[str]) -> int:
     from .server import server_for
-    from .trainer import Trainer, evaluate
+    from .trainer import Trainer
 
     device = setup_torch(cfg)
-    trainer = Trainer(cfg, device, resume=resume)
-    async with server_for(cfg.server) as server:
-        await trainer.run(server)
-        url = server.url
+    if cfg.train.shards > 1:
+        from .sharding import ShardedTrainer
+        trainer = ShardedTrainer(cfg, device, resume=resume)
+        await trainer.run()  # every shard starts its own server
         if cfg.train.eval_battles:
-            from . import networks as nets
-            policy = nets.InferencePolicy(trainer.learner.network, device, greedy=True)
-            for opp in ("random", "max_power"):
-                res = await evaluate(policy, url, opp, cfg.train.eval_battles, batcher_cfg=cfg.batcher,
-                                     concurrency=min(cfg.runner.concurrency, 32),
-                                     battle_format=cfg.runner.battle_format, device=device)
-                print(res.line(), flush=True)
+            async with server_for(cfg.server) as server:
+                await _final_eval(cfg, trainer, server, device)
+    else:
+        trainer = Trainer(cfg, device, resume=resume)
+        async with server_for(cfg.server) as server:
+            await trainer.run(server)
+            if cfg.train.eval_battles:
+                await _final_eval(cfg, trainer, server, device)
     print(f"[train] done ({trainer.stop_reason}); run folder {cfg.train.run_dir}")
     return 0
 

@@ -97,6 +97,8 @@ class TrainConfig:
     run_dir: str = "runs/default"
     eval_battles: int = 0  # at the end of training, per baseline; 0 = skip
     tensorboard: bool = True
+    shards: int = 1  # worker processes, each with its own Showdown server and event loop
+    worker_device: str = "cpu"  # where shard workers run inference (cpu keeps CUDA out of them)
 
 
 @dataclass
@@ -123,6 +125,7 @@ _CHOICES = {
     "network.kind": ("mlp", "lstm", "attention"),
     "ppo.algo": ("ppo", "reinforce"),
     "ppo.lr_schedule": ("constant", "linear"),
+    "train.worker_device": ("cpu", "cuda"),
 }
 _POSITIVE = (
     "runner.concurrency",
@@ -138,6 +141,7 @@ _POSITIVE = (
     "ppo.minibatch_sequences",
     "train.battles_per_update",
     "train.total_battles",
+    "train.shards",
     "server.start_timeout_s",
 )
 _NON_NEGATIVE = (

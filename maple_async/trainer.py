@@ -42,6 +42,27 @@ class Lane:
     task: Optional[asyncio.Task] = None
 
 
+def make_lanes(url: str, cfg: Config, mix: dict, agent: Agent,
+               league_agent: Optional[Agent] = None) -> list[Lane]:
+    """One pair of players per opponent kind, concurrency split by the mix's weights."""
+    tag = run_id()
+    conc, fmt = cfg.runner.concurrency, cfg.runner.battle_format
+    lanes = []
+    for i, (name, share) in enumerate(sorted(mix.items())):
+        c = max(1, round(conc * share))
+        # Enough battles never to run dry; the loop stops the lanes when done.
+        n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
+        me = PolicyPlayer(agent, name, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
+        if name == "self":
+            opp = PolicyPlayer(agent, "self", **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
+        elif name == "league":
+            opp = PolicyPlayer(league_agent, "learner", **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
+        else:
+            opp = make_baseline(name, url, f"mpl{tag}{i}o", c, fmt)
+        lanes.append(Lane(name, me, opp, n))
+    return lanes
+
+
 class MetricsLog:
     """CSV always; TensorBoard scalars when the package is installed."""
 
@@ -140,22 +161,7 @@ class Trainer:
 
     # -- lanes -------------------------------------------------------------------------------
     def _make_lanes(self, url: str) -> list[Lane]:
-        cfg, tag = self.cfg, run_id()
-        conc, fmt = cfg.runner.concurrency, cfg.runner.battle_format
-        lanes = []
-        for i, (name, share) in enumerate(sorted(self.mix.items())):
-            c = max(1, round(conc * share))
-            # Enough battles never to run dry; the loop stops the lanes when done.
-            n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
-            me = PolicyPlayer(self.agent, name, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
-            if name == "self":
-                opp = PolicyPlayer(self.agent, "self", **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
-            elif name == "league":
-                opp = PolicyPlayer(self.league_agent, "learner", **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
-            else:
-                opp = make_baseline(name, url, f"mpl{tag}{i}o", c, fmt)
-            lanes.append(Lane(name, me, opp, n))
-        return lanes
+        return make_lanes(url, self.cfg, self.mix, self.agent, self.league_agent)
 
     def _refresh_league(self) -> None:
         if self.league_agent is None:
@@ -224,8 +230,7 @@ class Trainer:
             self._refresh_league()
         t_start = time.perf_counter()
         seconds_before = self.counters["seconds"]
-        last = {"t": t_start, "dec": self.agent.stats.decisions, "bat": self.agent.batcher.stats.batches,
-                "bdec": self.agent.batcher.stats.decisions}
+        last = {"t": t_start, **self.throughput_counters()}
         summary: dict = {}
         lanes, players, tasks = [], [], []
         try:
@@ -321,12 +326,17 @@ class Trainer:
         self.trained_trajectories += len(batch)
         return self._log_update(batch, metrics, last, now)
 
+    def throughput_counters(self) -> dict:
+        """Cumulative decisions, inference batches and batched decisions (for rates)."""
+        bs = self.agent.batcher.stats
+        return {"dec": self.agent.stats.decisions, "bat": bs.batches, "bdec": bs.decisions}
+
     def _log_update(self, batch, m: dict, last: dict, now: float) -> dict:
-        a, bs = self.agent, self.agent.batcher.stats
+        c = self.throughput_counters()
         dt = now - last["t"]
-        n_dec, n_bat = a.stats.decisions - last["dec"], bs.batches - last["bat"]
-        mean_batch = (bs.decisions - last["bdec"]) / n_bat if n_bat else 0.0
-        last.update(t=now, dec=a.stats.decisions, bat=bs.batches, bdec=bs.decisions)
+        n_dec, n_bat = c["dec"] - last["dec"], c["bat"] - last["bat"]
+        mean_batch = (c["bdec"] - last["bdec"]) / n_bat if n_bat else 0.0
+        last.update(t=now, **c)
         versions = np.concatenate([np.asarray(t.versions) for t in batch])
         row = {"update": self.learner.updates, "battles": self.counters["battles"],
                "decisions": self.counters["decisions"], "time_s": round(self.counters["seconds"], 1),

@@ -1,0 +1,317 @@
+"""Process-per-server sharding on one machine (``maple-async train --train.shards N``).
+
+One event loop saturates one core and one Showdown simulator another, so N shards run N
+worker processes (spawn start method), each with its own managed Showdown server, event
+loop, batcher and battles. Workers send *finished* trajectories (numpy arrays plus the
+policy version of every step) to the learner in the main process, which updates and
+broadcasts CPU state_dicts back. Workers run inference on ``train.worker_device`` (CPU by
+default: CUDA is then initialised only in the learner). A worker that dies is replaced;
+its in-flight battles are lost, never half-recorded, because only finished battles are
+ever sent. ``shards: 1`` does not come here: it is the single-process trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .config import Config
+from .trainer import Trainer
+
+
+@dataclass
+class PackedTrajectory:
+    """A finished trajectory as it crosses the process boundary."""
+
+    data: dict
+    outcome: float
+    opponent: str
+    reward_totals: dict
+    shard: int
+
+    def arrays(self) -> dict:
+        return self.data
+
+    @property
+    def versions(self):
+        return self.data["versions"]
+
+    def __len__(self) -> int:
+        return len(self.data["actions"])
+
+
+def weights_checksum(state_dict: dict) -> float:
+    return float(sum(float(v.double().sum()) for v in state_dict.values()))
+
+
+# -- worker side ---------------------------------------------------------------------------
+
+class _Collector(Trainer):
+    """A Trainer that only collects: trajectories go to the learner, weights come from it."""
+
+    def __init__(self, cfg: Config, shard: int, out_q, in_q):
+        super().__init__(cfg, cfg.runner.device, quiet=True)
+        self.shard, self.out_q, self.in_q = shard, out_q, in_q
+
+    def _on_trajectory(self, traj) -> None:
+        self.collected_trajectories += 1
+        self.out_q.put(("traj", self.shard, PackedTrajectory(
+            traj.arrays(), traj.outcome, traj.opponent, dict(traj.reward_totals), self.shard)))
+
+    def save_checkpoint(self, final: bool = False):
+        return None  # the learner checkpoints
+
+    def _refresh_league(self) -> None:
+        pass  # league weights arrive with the broadcasts
+
+    def apply(self, msg: dict) -> None:
+        self.agent.batcher.set_weights(msg["weights"], msg["version"])
+        if self.league_agent is not None and msg.get("league") is not None:
+            self.league_agent.batcher.set_weights(msg["league"])
+
+    def stats(self, server) -> dict:
+        a, bs = self.agent, self.agent.batcher.stats
+        pol = a.policy
+        return {"battles": a.stats.battles, "decisions": a.stats.decisions, "batches": bs.batches,
+                "bdec": bs.decisions, "version": pol.version,
+                "checksum": weights_checksum(pol.network.state_dict()),
+                "server_restarts": server.restarts, "url": server.url, "faults": self.faults}
+
+
+async def _worker(shard: int, cfg: Config, out_q, in_q) -> None:
+    from .server import server_for
+
+    col = _Collector(cfg, shard, out_q, in_q)
+    first = await asyncio.to_thread(in_q.get)  # initial weights before any battle
+    if first is None:
+        return
+    col.apply(first)
+    parent = os.getppid()
+
+    async def listen():
+        while True:
+            msg = await asyncio.to_thread(in_q.get)
+            if msg is None:
+                col.request_stop("learner asked to stop")
+                return
+            col.apply(msg)
+
+    async with server_for(cfg.server, quiet=True) as server:
+        async def report():
+            while True:
+                out_q.put(("stats", shard, col.stats(server)))
+                if os.getppid() != parent:  # the learner died: don't outlive it
+                    col.request_stop("learner process is gone")
+                await asyncio.sleep(1.0)
+
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(listen()), loop.create_task(report())]
+        try:
+            await col.run(server)
+        finally:
+            for t in tasks:
+                t.cancel()
+            out_q.put(("stats", shard, col.stats(server)))
+            out_q.put(("done", shard, None))
+
+
+def _worker_main(shard: int, cfg_dict: dict, out_q, in_q) -> None:
+    import torch
+
+    from .cli import run_async
+    from .config import from_saved
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when workers stop
+    cfg = from_saved(cfg_dict)
+    torch.set_num_threads(cfg.runner.torch_threads)
+    run_async(_worker(shard, cfg, out_q, in_q))
+
+
+# -- learner side ----------------------------------------------------------------------------
+
+@dataclass
+class _Shard:
+    index: int
+    proc: Any
+    in_q: Any
+    stats: dict = field(default_factory=dict)
+    retired: dict = field(default_factory=dict)  # counters of replaced processes
+    restarts: int = 0
+    done: bool = False
+
+
+class ShardedTrainer(Trainer):
+    """Central learner for N worker processes (one Showdown server each)."""
+
+    COUNTERS = ("battles", "decisions", "batches", "bdec")
+
+    def __init__(self, cfg: Config, device, resume: Optional[str] = None, quiet: bool = False):
+        super().__init__(cfg, device, resume=resume, quiet=quiet)
+        self.ctx = mp.get_context("spawn")
+        self.out_q = self.ctx.Queue()
+        self.shards: list[_Shard] = []
+        self.checksums: dict[int, float] = {}
+        self.worker_restarts = 0
+        self.by_shard: dict[int, int] = {}  # finished trajectories received per shard
+
+    def _worker_cfg(self, i: int) -> dict:
+        d = self.cfg.to_dict()
+        d["runner"]["device"] = self.cfg.train.worker_device
+        d["server"]["port"] = 0  # each shard its own free port
+        d["train"].update(shards=1, tensorboard=False, run_dir=str(self.run_dir / f"shard{i}"),
+                          total_battles=max(self.cfg.train.total_battles, 1) * 4)
+        return d
+
+    def _spawn(self, i: int) -> tuple[Any, Any]:
+        in_q = self.ctx.Queue()
+        proc = self.ctx.Process(target=_worker_main, args=(i, self._worker_cfg(i), self.out_q, in_q),
+                                name=f"maple-shard-{i}", daemon=True)
+        proc.start()
+        in_q.put(self._broadcast_msg(league=True))
+        return proc, in_q
+
+    def _broadcast_msg(self, league: bool = False) -> dict:
+        weights = self.learner.weights_cpu()
+        version = self.counters["version"]
+        self.checksums[version] = weights_checksum(weights)
+        msg = {"weights": weights, "version": version, "league": None}
+        if league and "league" in self.mix:
+            msg["league"] = self.league[-1] if self.league else weights
+        return msg
+
+    def _broadcast(self) -> None:
+        send_league = "league" in self.mix and self.learner.updates % self.cfg.train.league_every_updates == 0
+        if send_league:
+            self.league.append(self.learner.weights_cpu())
+            self.league = self.league[-max(self.cfg.train.league_size, 1):]
+        msg = self._broadcast_msg(league=send_league)
+        for sh in self.shards:
+            if sh.proc.is_alive():
+                sh.in_q.put(msg)
+
+    def throughput_counters(self) -> dict:
+        tot = {k: 0 for k in self.COUNTERS}
+        for sh in self.shards:
+            for k in self.COUNTERS:
+                tot[k] += sh.stats.get(k, 0) + sh.retired.get(k, 0)
+        return {"dec": tot["decisions"], "bat": tot["batches"], "bdec": tot["bdec"]}
+
+    def _handle(self, msg) -> None:
+        kind, i, payload = msg
+        if kind == "traj":
+            self.by_shard[i] = self.by_shard.get(i, 0) + 1
+            self._on_trajectory(payload)
+        elif kind == "stats":
+            self.shards[i].stats = payload
+        elif kind == "done":
+            self.shards[i].done = True
+
+    def _drain(self, timeout: float) -> list:
+        msgs = []
+        try:
+            msgs.append(self.out_q.get(timeout=timeout))
+            while True:
+                msgs.append(self.out_q.get_nowait())
+        except queue.Empty:
+            pass
+        return msgs
+
+    def _replace_dead_workers(self) -> None:
+        for sh in self.shards:
+            if not sh.proc.is_alive() and not sh.done:
+                self._print(f"[train] shard {sh.index} worker died (exit {sh.proc.exitcode}); its "
+                            f"in-flight battles are dropped; starting a replacement")
+                for k in self.COUNTERS:
+                    sh.retired[k] = sh.retired.get(k, 0) + sh.stats.get(k, 0)
+                sh.stats = {}
+                sh.proc, sh.in_q = self._spawn(sh.index)
+                sh.restarts += 1
+                self.worker_restarts += 1
+
+    async def run(self, server=None) -> dict:
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+            except (NotImplementedError, RuntimeError):
+                pass
+        for i in range(cfg.train.shards):
+            proc, in_q = self._spawn(i)
+            self.shards.append(_Shard(i, proc, in_q))
+        self._print(f"[train] {cfg.train.shards} shards: one Showdown server + event loop per process "
+                    f"(worker device {cfg.train.worker_device}, learner device {self.device})")
+        t_start = time.perf_counter()
+        seconds_before = self.counters["seconds"]
+        last = {"t": t_start, **self.throughput_counters()}
+        summary: dict = {}
+        try:
+            while not self._stop.is_set():
+                for msg in await asyncio.to_thread(self._drain, 0.5):
+                    self._handle(msg)
+                self._replace_dead_workers()
+                if len(self._trajs) < cfg.train.battles_per_update:
+                    continue
+                batch, self._trajs = self._trajs, []
+                summary = await self._update(batch, last, t_start, seconds_before)
+                self._broadcast()
+                if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
+                    self.save_checkpoint()
+                now = time.perf_counter()
+                if self.counters["battles"] >= cfg.train.total_battles:
+                    self.request_stop(f"reached {cfg.train.total_battles} battles")
+                elif cfg.train.max_minutes and (now - t_start) / 60 >= cfg.train.max_minutes:
+                    self.request_stop(f"reached {cfg.train.max_minutes} minutes")
+        finally:
+            await self._stop_workers()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+            if self._trajs:
+                batch, self._trajs = self._trajs, []
+                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
+                summary = await self._update(batch, last, t_start, seconds_before)
+            self.save_checkpoint(final=True)
+            self.metrics.close()
+            self._print(self.shard_report(time.perf_counter() - t_start))
+        return summary
+
+    async def _stop_workers(self, timeout: float = 60.0) -> None:
+        """Ask every worker to stop; keep draining so finished trajectories are not lost."""
+        for sh in self.shards:
+            if sh.proc.is_alive():
+                sh.in_q.put(None)
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline and any(sh.proc.is_alive() for sh in self.shards):
+            for msg in await asyncio.to_thread(self._drain, 0.2):
+                self._handle(msg)
+        for msg in self._drain(0.1):
+            self._handle(msg)
+        for sh in self.shards:
+            if sh.proc.is_alive():
+                sh.proc.terminate()
+            sh.proc.join(timeout=10)
+
+    def shard_report(self, seconds: float) -> str:
+        lines = ["[train] per shard:"]
+        tb = td = 0
+        for sh in self.shards:
+            b = sh.stats.get("battles", 0) + sh.retired.get("battles", 0)
+            d = sh.stats.get("decisions", 0) + sh.retired.get("decisions", 0)
+            nb = sh.stats.get("batches", 0) + sh.retired.get("batches", 0)
+            bd = sh.stats.get("bdec", 0) + sh.retired.get("bdec", 0)
+            tb, td = tb + b, td + d
+            lines.append(f"  shard {sh.index}: {b / seconds:.2f} battle sides/s, {d / seconds:.0f} decisions/s, "
+                         f"mean batch {bd / nb if nb else 0:.1f}, worker restarts {sh.restarts}, "
+                         f"server restarts {sh.stats.get('server_restarts', 0)}")
+        lines.append(f"  total:   {tb / seconds:.2f} battle sides/s, {td / seconds:.0f} decisions/s")
+        return "\n".join(lines)
+

@@ -1,0 +1,54 @@
+"""Process-per-server sharding: two workers, each with its own Showdown (spawned)."""
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from maple_async import config as C
+from maple_async.sharding import ShardedTrainer
+
+pytestmark = pytest.mark.integration
+
+
+def _cfg(tmp_path, total=64):
+    return C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.shards": 2,
+                                       "train.total_battles": total, "train.battles_per_update": 16,
+                                       "runner.concurrency": 8})
+
+
+async def test_two_shards_train_and_receive_learner_weights(tmp_path):
+    trainer = ShardedTrainer(_cfg(tmp_path), "cpu", quiet=True)
+    await asyncio.wait_for(trainer.run(), 420)
+    assert trainer.counters["battles"] >= 64 and trainer.learner.updates >= 4
+    assert set(trainer.by_shard) == {0, 1} and min(trainer.by_shard.values()) > 0
+    assert trainer.trained_trajectories == sum(trainer.by_shard.values())  # none lost
+    urls = {sh.stats["url"] for sh in trainer.shards}
+    assert len(urls) == 2  # one server per shard
+    for sh in trainer.shards:
+        v = sh.stats["version"]
+        assert v >= 1, "worker never received an update broadcast"
+        assert sh.stats["checksum"] == pytest.approx(trainer.checksums[v], rel=0, abs=1e-9)
+        assert not sh.proc.is_alive()
+    assert (tmp_path / "run" / "latest.pt").exists()
+
+
+async def test_killed_worker_is_replaced(tmp_path):
+    trainer = ShardedTrainer(_cfg(tmp_path, total=80), "cpu", quiet=True)
+    killed = {}
+
+    async def killer():
+        while trainer.learner.updates < 1:
+            await asyncio.sleep(0.2)
+        killed["pid"] = trainer.shards[0].proc.pid
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    k = asyncio.get_running_loop().create_task(killer())
+    try:
+        await asyncio.wait_for(trainer.run(), 480)
+    finally:
+        k.cancel()
+    assert killed and trainer.worker_restarts == 1 and trainer.shards[0].restarts == 1
+    assert trainer.shards[0].proc.pid != killed["pid"]
+    assert trainer.counters["battles"] >= 80
