@@ -191,14 +191,15 @@ async def _train(cfg, resume: Optional[str]) -> int:
     from .trainer import Trainer
 
     device = setup_torch(cfg)
-    if cfg.train.shards > 1:
-        from .sharding import ShardedTrainer
-        trainer = ShardedTrainer(cfg, device, resume=resume)
+    if cfg.train.shards > 1 or cfg.train.backend == "ray":
+        from .sharding import RayShardedTrainer, ShardedTrainer
+        cls = RayShardedTrainer if cfg.train.backend == "ray" else ShardedTrainer
+        trainer = cls(cfg, device, resume=resume)
         await trainer.run()  # every shard starts its own server
         if cfg.train.eval_battles:
             async with server_for(cfg.server) as server:
                 await _final_eval(cfg, trainer, server, device)
-    else:
+    else:  # one shard, local: exactly the single-process path
         trainer = Trainer(cfg, device, resume=resume)
         async with server_for(cfg.server) as server:
             await trainer.run(server)

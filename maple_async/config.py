@@ -99,6 +99,9 @@ class TrainConfig:
     tensorboard: bool = True
     shards: int = 1  # worker processes, each with its own Showdown server and event loop
     worker_device: str = "cpu"  # where shard workers run inference (cpu keeps CUDA out of them)
+    backend: str = "local"  # local (processes on this machine) | ray (actors across a cluster)
+    ray_address: Optional[str] = None  # None: start a local Ray; "auto" or host:port: join one
+    ray_cpus_per_shard: float = 1.0
 
 
 @dataclass
@@ -126,6 +129,7 @@ _CHOICES = {
     "ppo.algo": ("ppo", "reinforce"),
     "ppo.lr_schedule": ("constant", "linear"),
     "train.worker_device": ("cpu", "cuda"),
+    "train.backend": ("local", "ray"),
 }
 _POSITIVE = (
     "runner.concurrency",

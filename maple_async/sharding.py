@@ -19,7 +19,7 @@ import queue
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from .config import Config
 from .trainer import Trainer
@@ -55,13 +55,13 @@ def weights_checksum(state_dict: dict) -> float:
 class _Collector(Trainer):
     """A Trainer that only collects: trajectories go to the learner, weights come from it."""
 
-    def __init__(self, cfg: Config, shard: int, out_q, in_q):
+    def __init__(self, cfg: Config, shard: int, send: Callable[[tuple], None]):
         super().__init__(cfg, cfg.runner.device, quiet=True)
-        self.shard, self.out_q, self.in_q = shard, out_q, in_q
+        self.shard, self.send = shard, send
 
     def _on_trajectory(self, traj) -> None:
         self.collected_trajectories += 1
-        self.out_q.put(("traj", self.shard, PackedTrajectory(
+        self.send(("traj", self.shard, PackedTrajectory(
             traj.arrays(), traj.outcome, traj.opponent, dict(traj.reward_totals), self.shard)))
 
     def save_checkpoint(self, final: bool = False):
@@ -84,19 +84,26 @@ class _Collector(Trainer):
                 "server_restarts": server.restarts, "url": server.url, "faults": self.faults}
 
 
-async def _worker(shard: int, cfg: Config, out_q, in_q) -> None:
+async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
+                    recv: Callable[[], Awaitable[Optional[dict]]],
+                    alive: Callable[[], bool] = lambda: True) -> None:
+    """One shard: its own server, battles and batcher; talks to the learner by messages.
+
+    ``send(msg)`` ships ``("traj" | "stats" | "done", shard, payload)``; ``await recv()``
+    returns the next weights message, or None to stop. The same body runs in a spawned
+    process (queues) and in a Ray actor (actor method calls).
+    """
     from .server import server_for
 
-    col = _Collector(cfg, shard, out_q, in_q)
-    first = await asyncio.to_thread(in_q.get)  # initial weights before any battle
+    col = _Collector(cfg, shard, send)
+    first = await recv()  # initial weights before any battle
     if first is None:
         return
     col.apply(first)
-    parent = os.getppid()
 
     async def listen():
         while True:
-            msg = await asyncio.to_thread(in_q.get)
+            msg = await recv()
             if msg is None:
                 col.request_stop("learner asked to stop")
                 return
@@ -105,8 +112,8 @@ async def _worker(shard: int, cfg: Config, out_q, in_q) -> None:
     async with server_for(cfg.server, quiet=True) as server:
         async def report():
             while True:
-                out_q.put(("stats", shard, col.stats(server)))
-                if os.getppid() != parent:  # the learner died: don't outlive it
+                send(("stats", shard, col.stats(server)))
+                if not alive():  # the learner is gone: don't outlive it
                     col.request_stop("learner process is gone")
                 await asyncio.sleep(1.0)
 
@@ -117,8 +124,8 @@ async def _worker(shard: int, cfg: Config, out_q, in_q) -> None:
         finally:
             for t in tasks:
                 t.cancel()
-            out_q.put(("stats", shard, col.stats(server)))
-            out_q.put(("done", shard, None))
+            send(("stats", shard, col.stats(server)))
+            send(("done", shard, None))
 
 
 def _worker_main(shard: int, cfg_dict: dict, out_q, in_q) -> None:
@@ -130,7 +137,9 @@ def _worker_main(shard: int, cfg_dict: dict, out_q, in_q) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when workers stop
     cfg = from_saved(cfg_dict)
     torch.set_num_threads(cfg.runner.torch_threads)
-    run_async(_worker(shard, cfg, out_q, in_q))
+    parent = os.getppid()
+    run_async(run_shard(shard, cfg, out_q.put, lambda: asyncio.to_thread(in_q.get),
+                        alive=lambda: os.getppid() == parent))
 
 
 # -- learner side ----------------------------------------------------------------------------
@@ -168,6 +177,7 @@ class ShardedTrainer(Trainer):
                           total_battles=max(self.cfg.train.total_battles, 1) * 4)
         return d
 
+    # -- transport hooks (local processes here; Ray actors in RayShardedTrainer) ----------
     def _spawn(self, i: int) -> tuple[Any, Any]:
         in_q = self.ctx.Queue()
         proc = self.ctx.Process(target=_worker_main, args=(i, self._worker_cfg(i), self.out_q, in_q),
@@ -175,6 +185,23 @@ class ShardedTrainer(Trainer):
         proc.start()
         in_q.put(self._broadcast_msg(league=True))
         return proc, in_q
+
+    def _alive(self, sh: "_Shard") -> bool:
+        return sh.proc.is_alive()
+
+    def _send(self, sh: "_Shard", msg: Optional[dict]) -> None:
+        sh.in_q.put(msg)
+
+    async def _poll(self, timeout: float) -> list:
+        return await asyncio.to_thread(self._drain, timeout)
+
+    def _exit_code(self, sh: "_Shard"):
+        return sh.proc.exitcode
+
+    def _reap(self, sh: "_Shard") -> None:
+        if sh.proc.is_alive():
+            sh.proc.terminate()
+        sh.proc.join(timeout=10)
 
     def _broadcast_msg(self, league: bool = False) -> dict:
         weights = self.learner.weights_cpu()
@@ -192,8 +219,8 @@ class ShardedTrainer(Trainer):
             self.league = self.league[-max(self.cfg.train.league_size, 1):]
         msg = self._broadcast_msg(league=send_league)
         for sh in self.shards:
-            if sh.proc.is_alive():
-                sh.in_q.put(msg)
+            if self._alive(sh):
+                self._send(sh, msg)
 
     def throughput_counters(self) -> dict:
         tot = {k: 0 for k in self.COUNTERS}
@@ -224,8 +251,8 @@ class ShardedTrainer(Trainer):
 
     def _replace_dead_workers(self) -> None:
         for sh in self.shards:
-            if not sh.proc.is_alive() and not sh.done:
-                self._print(f"[train] shard {sh.index} worker died (exit {sh.proc.exitcode}); its "
+            if not self._alive(sh) and not sh.done:
+                self._print(f"[train] shard {sh.index} worker died (exit {self._exit_code(sh)}); its "
                             f"in-flight battles are dropped; starting a replacement")
                 for k in self.COUNTERS:
                     sh.retired[k] = sh.retired.get(k, 0) + sh.stats.get(k, 0)
@@ -245,7 +272,8 @@ class ShardedTrainer(Trainer):
         for i in range(cfg.train.shards):
             proc, in_q = self._spawn(i)
             self.shards.append(_Shard(i, proc, in_q))
-        self._print(f"[train] {cfg.train.shards} shards: one Showdown server + event loop per process "
+        self._print(f"[train] {cfg.train.shards} shards ({cfg.train.backend}): one Showdown server + "
+                    f"event loop per worker "
                     f"(worker device {cfg.train.worker_device}, learner device {self.device})")
         t_start = time.perf_counter()
         seconds_before = self.counters["seconds"]
@@ -253,7 +281,7 @@ class ShardedTrainer(Trainer):
         summary: dict = {}
         try:
             while not self._stop.is_set():
-                for msg in await asyncio.to_thread(self._drain, 0.5):
+                for msg in await self._poll(0.5):
                     self._handle(msg)
                 self._replace_dead_workers()
                 if len(self._trajs) < cfg.train.battles_per_update:
@@ -287,18 +315,16 @@ class ShardedTrainer(Trainer):
     async def _stop_workers(self, timeout: float = 60.0) -> None:
         """Ask every worker to stop; keep draining so finished trajectories are not lost."""
         for sh in self.shards:
-            if sh.proc.is_alive():
-                sh.in_q.put(None)
+            if self._alive(sh):
+                self._send(sh, None)
         deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline and any(sh.proc.is_alive() for sh in self.shards):
-            for msg in await asyncio.to_thread(self._drain, 0.2):
+        while time.perf_counter() < deadline and any(self._alive(sh) and not sh.done for sh in self.shards):
+            for msg in await self._poll(0.2):
                 self._handle(msg)
-        for msg in self._drain(0.1):
+        for msg in await self._poll(0.1):
             self._handle(msg)
         for sh in self.shards:
-            if sh.proc.is_alive():
-                sh.proc.terminate()
-            sh.proc.join(timeout=10)
+            self._reap(sh)
 
     def shard_report(self, seconds: float) -> str:
         lines = ["[train] per shard:"]
@@ -315,3 +341,97 @@ class ShardedTrainer(Trainer):
         lines.append(f"  total:   {tb / seconds:.2f} battle sides/s, {td / seconds:.0f} decisions/s")
         return "\n".join(lines)
 
+
+
+# -- Ray: one async actor per shard, placed across the cluster ---------------------------------
+
+class _ShardActor:
+    """Runs :func:`run_shard` inside a Ray async actor (its own event loop and server)."""
+
+    def __init__(self, shard: int, cfg_dict: dict):
+        self.shard, self.cfg_dict = shard, cfg_dict
+        self.outbox: list = []
+        self._inbox: Optional[asyncio.Queue] = None
+
+    def _q(self) -> asyncio.Queue:
+        if self._inbox is None:
+            self._inbox = asyncio.Queue()
+        return self._inbox
+
+    async def push(self, msg: Optional[dict]) -> None:
+        self._q().put_nowait(msg)
+
+    async def drain(self) -> list:
+        out, self.outbox = self.outbox, []
+        return out
+
+    async def run(self) -> bool:
+        import torch
+
+        from .config import from_saved
+        cfg = from_saved(self.cfg_dict)
+        torch.set_num_threads(cfg.runner.torch_threads)
+        await run_shard(self.shard, cfg, self.outbox.append, self._q().get)
+        return True
+
+
+class RayShardedTrainer(ShardedTrainer):
+    """``--train.backend ray``: shards are Ray actors; weights travel through the object store."""
+
+    def __init__(self, cfg: Config, device, resume: Optional[str] = None, quiet: bool = False):
+        try:
+            import ray
+        except ImportError:
+            from .cli import UserError
+            raise UserError("train.backend ray needs Ray: pip install 'maple-async[ray]'") from None
+        super().__init__(cfg, device, resume=resume, quiet=quiet)
+        self.ray = ray
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            ray.init(address=cfg.train.ray_address, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True)
+        self.actor_cls = ray.remote(num_cpus=cfg.train.ray_cpus_per_shard, max_restarts=0)(_ShardActor)
+
+    def _spawn(self, i: int) -> tuple[Any, Any]:
+        actor = self.actor_cls.options(name=None, scheduling_strategy="SPREAD").remote(i, self._worker_cfg(i))
+        actor.push.remote(self.ray.put(self._broadcast_msg(league=True)))
+        return actor, actor.run.remote()  # (proc, in_q) slots: the actor and its run() ref
+
+    def _alive(self, sh: "_Shard") -> bool:
+        if sh.done:
+            return False
+        ready, _ = self.ray.wait([sh.in_q], timeout=0)
+        return not ready
+
+    def _send(self, sh: "_Shard", msg: Optional[dict]) -> None:
+        sh.proc.push.remote(self.ray.put(msg) if msg is not None else None)
+
+    async def _poll(self, timeout: float) -> list:
+        await asyncio.sleep(timeout)
+        results = await asyncio.gather(*(sh.proc.drain.remote() for sh in self.shards), return_exceptions=True)
+        msgs = []
+        for sh, r in zip(self.shards, results):
+            if isinstance(r, BaseException):
+                continue  # the actor died; _alive() reports it and it is replaced
+            msgs.extend(r)
+        return msgs
+
+    def _exit_code(self, sh: "_Shard"):
+        try:
+            self.ray.get(sh.in_q, timeout=0)
+            return "finished"
+        except Exception as e:
+            return type(e).__name__
+
+    def _reap(self, sh: "_Shard") -> None:
+        try:
+            self.ray.kill(sh.proc)
+        except Exception:
+            pass
+
+    async def run(self, server=None) -> dict:
+        try:
+            return await super().run(server)
+        finally:
+            if self._started_ray:
+                self.ray.shutdown()

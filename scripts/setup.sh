@@ -4,11 +4,13 @@
 #   MAPLE_VENV     venv folder (default: .venv in the repo)
 #   MAPLE_TORCH    torch requirement installed first (default: torch==2.13.0, the CPU
 #                  wheel on these machines; GPU users: MAPLE_TORCH=skip and bring their own)
+#   MAPLE_EXTRAS   optional extras (default: test; the test command adds ray)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${MAPLE_PYTHON:-python3}
 VENV=${MAPLE_VENV:-.venv}
 TORCH=${MAPLE_TORCH:-torch==2.13.0}
+EXTRAS=${MAPLE_EXTRAS:-test}
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
@@ -19,8 +21,8 @@ if [ "$TORCH" != "skip" ] && ! "$VENV/bin/python" -c "import torch" 2>/dev/null;
   echo "[setup] installing $TORCH"
   $PIP install -q "$TORCH"
 fi
-echo "[setup] installing maple-async and test deps"
-$PIP install -q -e '.[test]'
+echo "[setup] installing maple-async [$EXTRAS]"
+$PIP install -q -e ".[$EXTRAS]"
 echo "[setup] installing Pokémon Showdown (npm, once)"
 "$VENV/bin/maple-async" server install >/dev/null
 echo "[setup] done: $VENV/bin/maple-async"

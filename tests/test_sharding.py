@@ -52,3 +52,20 @@ async def test_killed_worker_is_replaced(tmp_path):
     assert killed and trainer.worker_restarts == 1 and trainer.shards[0].restarts == 1
     assert trainer.shards[0].proc.pid != killed["pid"]
     assert trainer.counters["battles"] >= 80
+
+
+async def test_ray_backend_two_actors(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'maple-async[ray]')")
+    from maple_async.sharding import RayShardedTrainer
+
+    cfg = _cfg(tmp_path)
+    cfg.train.backend = "ray"
+    cfg.train.ray_cpus_per_shard = 0.5
+    trainer = RayShardedTrainer(cfg, "cpu", quiet=True)
+    await asyncio.wait_for(trainer.run(), 480)
+    assert trainer.learner.updates >= 4
+    assert set(trainer.by_shard) == {0, 1} and min(trainer.by_shard.values()) > 0
+    assert trainer.trained_trajectories == sum(trainer.by_shard.values())
+    for sh in trainer.shards:
+        v = sh.stats["version"]
+        assert v >= 1 and sh.stats["checksum"] == pytest.approx(trainer.checksums[v], rel=0, abs=1e-9)
