@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""Soak: N self-play battles on one managed server; prints RSS and table sizes every 1k.
+
+    .venv/bin/python scripts/soak.py --battles 10000 --concurrency 64
+
+Tables watched: per-battle hidden states, live bookkeeping, pending batcher requests,
+poke-env's Player.battles (kept forever by poke-env unless dropped; we drop finished
+ones after a short delay) and the websocket client's per-battle locks.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+async def soak(n: int, concurrency: int, every: int, network: str) -> list:
+    import torch
+
+    from maple_async import networks as nets
+    from maple_async.config import BatcherConfig
+    from maple_async.runner import Agent, PolicyPlayer, close_players, player_kwargs, run_id
+    from maple_async.server import ShowdownServer
+
+    torch.set_num_threads(1)
+    rows = []
+    async with ShowdownServer() as srv:
+        agent = Agent(nets.InferencePolicy(nets.build(network)), BatcherConfig(max_wait_ms=5))
+        tag = run_id()
+        p1 = PolicyPlayer(agent, "self", **player_kwargs(srv.url, f"soak{tag}a", concurrency, "gen9randombattle"))
+        p2 = PolicyPlayer(agent, "self", **player_kwargs(srv.url, f"soak{tag}b", concurrency, "gen9randombattle"))
+        agent.batcher.start()
+        task = asyncio.get_running_loop().create_task(p1.battle_against(p2, n_battles=n))
+        t0, next_mark = time.perf_counter(), every
+        while True:
+            done = sum(p1.results.values())
+            if done >= next_mark or task.done():
+                row = {"battles": done, "seconds": round(time.perf_counter() - t0, 1),
+                       "rss_mb": round(rss_mb(), 1), "hidden": len(agent.hidden), "live": len(agent.live),
+                       "pending": agent.batcher.pending,
+                       "poke_env_battles": len(p1.battles) + len(p2.battles),
+                       "battle_locks": len(p1.ps_client._battle_locks) + len(p2.ps_client._battle_locks),
+                       "latencies_kept": len(agent.stats.latencies)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                next_mark += every
+            if task.done():
+                break
+            await asyncio.sleep(1.0)
+        await close_players(p1, p2)
+        await agent.batcher.close()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--battles", type=int, default=10000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--every", type=int, default=1000)
+    ap.add_argument("--network", default="lstm")
+    a = ap.parse_args()
+    import uvloop
+    uvloop.run(soak(a.battles, a.concurrency, a.every, a.network))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
