@@ -23,7 +23,8 @@ import sys
 import numpy as np
 from poke_env.player import RandomPlayer
 
-from .runner import ForgetfulBaseline, close_players, player_kwargs, quiet_logger, run_id
+from .runner import (ForgetfulBaseline, Rates, close_players, forfeit_unfinished, player_kwargs,
+                     quiet_logger, run_id)
 
 
 def percentile(values, q: float) -> float:
@@ -38,7 +39,7 @@ def ratio(a: float, b: float) -> float:
 
 
 @dataclass
-class Window:
+class Window(Rates):
     """Counts over one steady-state window."""
 
     seconds: float = 0.0
@@ -51,14 +52,6 @@ class Window:
     forward_s: float = 0.0
     bookkeeping_s: float = 0.0
     in_flight: float = 0.0  # mean battles in flight during the window
-
-    @property
-    def battles_per_s(self) -> float:
-        return self.battles / self.seconds if self.seconds else 0.0
-
-    @property
-    def decisions_per_s(self) -> float:
-        return self.decisions / self.seconds if self.seconds else 0.0
 
     def us_per_decision(self, seconds: float) -> float:
         return 1e6 * seconds / self.decisions if self.decisions else float("nan")
@@ -80,16 +73,6 @@ class CountingRandomPlayer(ForgetfulBaseline, RandomPlayer):
     def _battle_finished_callback(self, battle):
         self.n_finished += 1
         super()._battle_finished_callback(battle)
-
-
-async def _forfeit_all(players) -> None:
-    for p in players:
-        for tag, b in list(p.battles.items()):
-            if not b.finished:
-                try:
-                    await p.ps_client.send_message("/forfeit", tag)
-                except Exception:
-                    pass
 
 
 async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot) -> tuple[dict, dict, float, float]:
@@ -119,7 +102,7 @@ async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: 
     try:
         s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
     finally:
-        await _forfeit_all([p1, p2])
+        await forfeit_unfinished([p1, p2])
         await close_players(p1, p2)
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
                   cpu_s=s1["cpu"] - s0["cpu"], in_flight=inflight)
@@ -171,7 +154,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
         if learn_task is not None:
             learn_task.cancel()
         agent.closing = True
-        await _forfeit_all([p1, p2])
+        await forfeit_unfinished([p1, p2])
         await close_players(p1, p2)
         await agent.batcher.close()
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],

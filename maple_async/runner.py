@@ -354,6 +354,17 @@ def make_baseline(name: str, server_url: str, account: str, concurrency: int,
     return player
 
 
+async def forfeit_unfinished(players) -> None:
+    """Forfeit every battle still running for these players (best effort)."""
+    for p in players:
+        for tag, battle in list(p.battles.items()):
+            if not battle.finished:
+                try:
+                    await p.ps_client.send_message("/forfeit", tag)
+                except Exception:  # connection already gone
+                    pass
+
+
 async def close_players(*players: Player) -> None:
     for p in players:
         try:
@@ -362,15 +373,8 @@ async def close_players(*players: Player) -> None:
             pass
 
 
-@dataclass
-class PlayResult:
-    battles: int
-    seconds: float
-    decisions: int
-    mean_batch_size: float
-    wins: int
-    losses: int
-    ties: int
+class Rates:
+    """battles/s and decisions/s from ``battles``, ``decisions`` and ``seconds``."""
 
     @property
     def battles_per_s(self) -> float:
@@ -379,6 +383,17 @@ class PlayResult:
     @property
     def decisions_per_s(self) -> float:
         return self.decisions / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class PlayResult(Rates):
+    battles: int
+    seconds: float
+    decisions: int
+    mean_batch_size: float
+    wins: int
+    losses: int
+    ties: int
 
 
 async def watchdog(agent: Agent, players: list[Player], timeout_s: float, period_s: float = 5.0):

@@ -264,11 +264,7 @@ class ShardedTrainer(Trainer):
     async def run(self, server=None) -> dict:
         cfg = self.cfg
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
-            except (NotImplementedError, RuntimeError):
-                pass
+        self._handle_signals(loop, True)
         for i in range(cfg.train.shards):
             proc, in_q = self._spawn(i)
             self.shards.append(_Shard(i, proc, in_q))
@@ -298,17 +294,7 @@ class ShardedTrainer(Trainer):
                     self.request_stop(f"reached {cfg.train.max_minutes} minutes")
         finally:
             await self._stop_workers()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                try:
-                    loop.remove_signal_handler(sig)
-                except (NotImplementedError, RuntimeError):
-                    pass
-            if self._trajs:
-                batch, self._trajs = self._trajs, []
-                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
-                summary = await self._update(batch, last, t_start, seconds_before)
-            self.save_checkpoint(final=True)
-            self.metrics.close()
+            summary = await self._finish(loop, last, t_start, seconds_before) or summary
             self._print(self.shard_report(time.perf_counter() - t_start))
         return summary
 

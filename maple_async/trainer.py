@@ -27,8 +27,8 @@ from . import checkpoint as ckpt
 from . import networks as nets
 from .config import Config, parse_opponent_mix
 from .learner import Learner, policy_lag, wilson_interval
-from .runner import (Agent, PolicyPlayer, Trajectory, close_players, make_baseline,
-                     player_kwargs, run_id, watchdog)
+from .runner import (Agent, PolicyPlayer, Trajectory, close_players, forfeit_unfinished,
+                     make_baseline, player_kwargs, run_id, watchdog)
 
 log = logging.getLogger("maple_async.trainer")
 
@@ -218,11 +218,7 @@ class Trainer:
         if isinstance(server, str):
             server = ServerHandle(server)
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
-            except (NotImplementedError, RuntimeError):
-                pass
+        self._handle_signals(loop, True)
         agents = [a for a in (self.agent, self.league_agent) if a is not None]
         for a in agents:
             a.batcher.start()
@@ -255,18 +251,31 @@ class Trainer:
             await self._stop_lanes(tasks, agents, players, forfeit=True)
             for a in agents:
                 await a.batcher.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                try:
+            summary = await self._finish(loop, last, t_start, seconds_before) or summary
+        return summary
+
+    def _handle_signals(self, loop, install: bool) -> None:
+        """Ctrl-C / SIGTERM request a graceful stop while the loop runs."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                if install:
+                    loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+                else:
                     loop.remove_signal_handler(sig)
-                except (NotImplementedError, RuntimeError):
-                    pass
-            if self._trajs:
-                # Finished battles are never thrown away: a last, smaller update uses them.
-                batch, self._trajs = self._trajs, []
-                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
-                summary = await self._update(batch, last, t_start, seconds_before)
-            self.save_checkpoint(final=True)
-            self.metrics.close()
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    async def _finish(self, loop, last, t_start, seconds_before) -> Optional[dict]:
+        """After collection stopped: train on what is left, write the final checkpoint."""
+        self._handle_signals(loop, False)
+        summary = None
+        if self._trajs:
+            # Finished battles are never thrown away: a last, smaller update uses them.
+            batch, self._trajs = self._trajs, []
+            self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
+            summary = await self._update(batch, last, t_start, seconds_before)
+        self.save_checkpoint(final=True)
+        self.metrics.close()
         return summary
 
     async def _train_until_stop_or_fault(self, lanes, last, t_start, seconds_before) -> dict:
@@ -302,13 +311,7 @@ class Trainer:
             for key in list(a.live):
                 a.abandon(key)
         if forfeit:
-            for p in players:
-                for tag, battle in list(p.battles.items()):
-                    if not battle.finished:
-                        try:
-                            await p.ps_client.send_message("/forfeit", tag)
-                        except Exception:
-                            pass
+            await forfeit_unfinished(players)
             deadline = time.perf_counter() + grace_s
             while time.perf_counter() < deadline and any(
                     not b.finished for p in players for b in p.battles.values()):

@@ -1,4 +1,4 @@
-"""Long-run bounds (opt-in: pytest -m soak; MAPLE_SOAK_BATTLES, default 10000)."""
+"""Long-run bounds (opt-in: MAPLE_SOAK=1 pytest -m soak; MAPLE_SOAK_BATTLES, default 10000)."""
 
 import json
 import os
@@ -7,7 +7,11 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.soak
+pytestmark = [
+    pytest.mark.soak,
+    # Belt and braces: a `-m` on the command line replaces the default `-m 'not soak'`.
+    pytest.mark.skipif(not os.environ.get("MAPLE_SOAK"), reason="opt-in: MAPLE_SOAK=1 pytest -m soak"),
+]
 
 
 def test_tables_and_rss_stay_bounded():
