@@ -178,7 +178,7 @@ def cmd_play(args) -> int:
 async def _final_eval(cfg, trainer, server, device) -> None:
     from . import networks as nets
     from .trainer import evaluate
-    policy = nets.InferencePolicy(trainer.learner.network, device, greedy=True)
+    policy = nets.InferencePolicy(trainer.learner.network, device, greedy=False)
     for opp in ("random", "max_power"):
         res = await evaluate(policy, server.url, opp, cfg.train.eval_battles, batcher_cfg=cfg.batcher,
                              concurrency=min(cfg.runner.concurrency, 32),
@@ -223,7 +223,7 @@ async def _eval(cfg, args) -> int:
     from .trainer import evaluate, policy_from_checkpoint
 
     device = setup_torch(cfg)
-    policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=not args.sample)
+    policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=args.greedy)
     async with server_for(cfg.server) as server:
         res = await evaluate(policy, server.url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
                              concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
@@ -314,7 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", required=True)
     ev.add_argument("--opponent", default="random", help="random | max_power | heuristics | PATH")
     ev.add_argument("--battles", type=int, default=200)
-    ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    ev.add_argument("--greedy", action="store_true",
+                    help="argmax actions (default: sample, as in training; greedy recurrent "
+                         "policies can fall into deterministic switch loops)")
     _add_config_flags(ev, skip=("--opponent",))
     ev.set_defaults(func=cmd_eval)
 

@@ -348,7 +348,8 @@ class _ShardActor:
         self._q().put_nowait(msg)
 
     async def drain(self) -> list:
-        out, self.outbox = self.outbox, []
+        out = self.outbox[:]
+        self.outbox.clear()  # in place: run_shard holds a bound reference to outbox.append
         return out
 
     async def run(self) -> bool:

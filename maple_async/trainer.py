@@ -262,8 +262,8 @@ class Trainer:
                     loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
                 else:
                     loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (e.g. a Ray actor's loop): the owner handles signals
 
     async def _finish(self, loop, last, t_start, seconds_before) -> Optional[dict]:
         """After collection stopped: train on what is left, write the final checkpoint."""
@@ -391,7 +391,7 @@ class EvalResult:
                 f"in {self.seconds:.0f}s")
 
 
-def policy_from_checkpoint(path: str, device, greedy: bool = True) -> tuple[nets.InferencePolicy, Config]:
+def policy_from_checkpoint(path: str, device, greedy: bool = False) -> tuple[nets.InferencePolicy, Config]:
     from .config import from_saved
     data = ckpt.load(path)
     cfg = from_saved(data["config"])
@@ -412,7 +412,7 @@ async def evaluate(policy: nets.InferencePolicy, url: str, opponent: str, n_batt
     if opponent in BASELINES:
         opp = make_baseline(opponent, url, f"evl{tag}b", concurrency, battle_format)
     else:
-        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=True)
+        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=policy.greedy)
         opp_agent = Agent(opp_policy, batcher_cfg, name="eval-opponent")
         opp = PolicyPlayer(opp_agent, "eval", **player_kwargs(url, f"evl{tag}b", concurrency, battle_format))
         opp_agent.batcher.start()

@@ -127,9 +127,15 @@ async def test_silent_battle_is_abandoned_and_freed(showdown_url):
     opp = StallingOpponent(**player_kwargs(showdown_url, f"stl{tag}b", 4, "gen9randombattle"))
     agent.batcher.start()
     dog = asyncio.get_running_loop().create_task(watchdog(agent, [me], timeout_s=3.0, period_s=0.5))
+    # The stalling opponent's hung choose_move holds its own per-battle lock, so *its*
+    # battle_against never returns: wait for our four results instead.
+    task = asyncio.get_running_loop().create_task(me.battle_against(opp, n_battles=4))
     try:
-        await asyncio.wait_for(me.battle_against(opp, n_battles=4), 180)
+        deadline = time.monotonic() + 150
+        while sum(me.results.values()) < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
     finally:
+        task.cancel()
         dog.cancel()
         await close_players(me, opp)
         await agent.batcher.close()
