@@ -75,12 +75,22 @@ class CountingRandomPlayer(ForgetfulBaseline, RandomPlayer):
         super()._battle_finished_callback(battle)
 
 
-async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot) -> tuple[dict, dict, float, float]:
-    """Play continuously; return snapshots at the window's start and end, and its length."""
+async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot,
+                      max_warmup_s: float = 120.0) -> tuple[dict, dict, float, float]:
+    """Play continuously; return snapshots at the window's start and end, and its length.
+
+    The warm-up lasts ``warmup_s`` and at least until one full generation of battles (as
+    many as run at once) has finished: all battles start together, so before that the
+    finish rate is a burst, not the steady state (at 256 in flight a battle lasts ~20 s).
+    """
     task = asyncio.get_running_loop().create_task(p1.battle_against(p2, n_battles=10 ** 7))
     in_flight = []
     try:
+        t_warm = time.perf_counter()
         await asyncio.sleep(warmup_s)
+        while (snapshot()["b"] < p1._max_concurrent_battles
+               and time.perf_counter() - t_warm < max_warmup_s and not task.done()):
+            await asyncio.sleep(0.5)
         s0, t0, c0 = snapshot(), time.perf_counter(), time.process_time()
         end = t0 + seconds
         while time.perf_counter() < end:
@@ -237,7 +247,7 @@ def parse_sweep(spec: str) -> list[dict]:
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
-async def progress(msg: str) -> None:
+def progress(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 

@@ -41,9 +41,8 @@ USER_ERRORS = (UserError, ConfigError, ServerError, CheckpointError)
 def _add_config_flags(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
     p.add_argument("--config", help="YAML config (see config/*.yaml)")
     for flag, (key, help_) in SHORT_FLAGS.items():
-        if flag in skip:
-            continue
-        p.add_argument(flag, dest=key, default=None, metavar="V", help=f"{help_} [{key}]")
+        names = [f"--{key}"] if flag in skip else [flag, f"--{key}"]
+        p.add_argument(*names, dest=key, default=None, metavar="V", help=f"{help_} [{key}]")
     g = p.add_argument_group("every config key", "override any YAML key as --section.key VALUE")
     for key, _ann in config_mod.all_keys():
         if any(key == k for k, _ in SHORT_FLAGS.values()):
@@ -322,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")
     be.add_argument("--seconds", type=float, default=30.0, help="measured window per phase")
-    be.add_argument("--warmup", type=float, default=8.0, help="unmeasured ramp-up per phase")
+    be.add_argument("--warmup", type=float, default=8.0,
+                    help="unmeasured ramp-up per phase, seconds (and at least until as many battles "
+                         "as run at once have finished)")
     be.add_argument("--json", nargs="?", const="-", default=None,
                     help="write the result as one JSON object to PATH (no PATH: stdout only)")
     be.add_argument("--learn", action="store_true", help="also measure with PPO updates running")

@@ -31,6 +31,8 @@ is pending.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from poke_env.battle import Battle, MoveCategory, PokemonType, SideCondition, Status
 from poke_env.battle.field import Field
@@ -94,11 +96,21 @@ for _d in _TYPES:
     for _a in _TYPES:
         EFFECTIVENESS[TYPE_INDEX[_a], TYPE_INDEX[_d]] = _chart[_d.name][_a.name]
 
-# Static per-move features (power, accuracy, type, category, priority) by move id.
-_MOVE_STATIC: dict[str, tuple[np.ndarray, int, int]] = {}
+_EFF = EFFECTIVENESS.tolist()  # Python floats: faster than numpy for 1-2 lookups
+
+# Enum members hash through Python-level code; the hot path keys its tables by id() instead.
+_TYPE_BY_ID = {id(t): i for t, i in TYPE_INDEX.items()}
+_STATUS_BY_ID = {id(s): i for s, i in STATUS_INDEX.items()}
+_WEATHER_BY_ID = {id(w): i for w, i in WEATHER_INDEX.items()}
+_FIELD_BY_ID = {id(f): i for f, i in FIELD_INDEX.items()}
+_SIDE_BY_ID = {id(c): i for c, i in SIDE_INDEX.items()}
+_FNT = Status.FNT
+
+# Static per-move features (power, accuracy, type, category, priority, max PP) by move id.
+_MOVE_STATIC: dict[str, tuple[np.ndarray, int, bool, int]] = {}
 
 
-def _move_static(move) -> tuple[np.ndarray, int, int]:
+def _move_static(move) -> tuple[np.ndarray, int, bool, int]:
     cached = _MOVE_STATIC.get(move.id)
     if cached is not None:
         return cached
@@ -111,39 +123,59 @@ def _move_static(move) -> tuple[np.ndarray, int, int]:
         row[M_TYPE + mtype] = 1.0
     row[M_CATEGORY + CATEGORY_INDEX[move.category]] = 1.0
     row[M_PRIORITY] = move.priority / 5.0
-    is_status = move.category == MoveCategory.STATUS
-    cached = (row, mtype, int(is_status))
+    cached = (row, mtype, move.category == MoveCategory.STATUS, move.entry["pp"] * 8 // 5)
     _MOVE_STATIC[move.id] = cached
     return cached
 
 
-def _type_ids(mon) -> list[int]:
-    return [TYPE_INDEX[t] for t in mon.types if t in TYPE_INDEX]
+# The static part of a Pokémon block (present, types, tera type, terastallized, level), cached
+# per Pokémon object together with the attributes it was built from, compared by identity:
+# a stale or reused entry is rebuilt, never used.
+_POKE_STATIC: dict[int, tuple] = {}
+_POKE_STATIC_MAX = 20000
 
 
-def _encode_pokemon(out: np.ndarray, base: int, mon) -> None:
-    out[base + P_PRESENT] = 1.0
+def _poke_static(mon) -> tuple[np.ndarray, list]:
+    t1, t2, tera, tz, level = mon.type_1, mon.type_2, mon.tera_type, mon.is_terastallized, mon.level
+    c = _POKE_STATIC.get(id(mon))
+    if c is not None and c[0] is t1 and c[1] is t2 and c[2] is tera and c[3] is tz and c[4] == level:
+        return c[5], c[6]
+    row = np.zeros(POKE_DIM, dtype=np.float32)
+    row[P_PRESENT] = 1.0
+    types = [_TYPE_BY_ID[id(t)] for t in (t1, t2) if id(t) in _TYPE_BY_ID]
+    for t in types:
+        row[P_TYPES + t] = 1.0
+    if id(tera) in _TYPE_BY_ID:
+        row[P_TERA + _TYPE_BY_ID[id(tera)]] = 1.0
+    if tz:
+        row[P_TERASTALLIZED] = 1.0
+    row[P_LEVEL] = level / 100.0
+    if len(_POKE_STATIC) >= _POKE_STATIC_MAX:
+        _POKE_STATIC.clear()
+    _POKE_STATIC[id(mon)] = (t1, t2, tera, tz, level, row, types)
+    return row, types
+
+
+def _encode_pokemon(out: np.ndarray, base: int, mon) -> tuple[bool, list]:
+    """Write one Pokémon block; return (fainted, type indices)."""
+    row, types = _poke_static(mon)
+    out[base:base + POKE_DIM] = row
     out[base + P_HP] = mon.current_hp_fraction
     status = mon.status
-    if status is Status.FNT or mon.fainted:
+    fainted = status is _FNT or mon.fainted
+    if fainted:
         out[base + P_FAINTED] = 1.0
     elif status is not None:
-        out[base + P_STATUS + STATUS_INDEX[status]] = 1.0
+        out[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
     if mon.active:
         out[base + P_ACTIVE] = 1.0
-    for t in _type_ids(mon):
-        out[base + P_TYPES + t] = 1.0
-    tera = mon.tera_type
-    if tera in TYPE_INDEX:
-        out[base + P_TERA + TYPE_INDEX[tera]] = 1.0
-    if mon.is_terastallized:
-        out[base + P_TERASTALLIZED] = 1.0
-    out[base + P_LEVEL] = mon.level / 100.0
     boosts = mon.boosts
-    for i, name in enumerate(BOOSTS):
-        b = boosts[name]
-        if b:
-            out[base + P_BOOSTS + i] = b / 6.0
+    if any(boosts.values()):  # most Pokémon have none
+        for i, name in enumerate(BOOSTS):
+            b = boosts[name]
+            if b:
+                out[base + P_BOOSTS + i] = b / 6.0
+    return fainted, types
 
 
 def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
@@ -152,57 +184,67 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
         out = np.zeros(OBS_DIM, dtype=np.float32)
     else:
         out.fill(0.0)
+    active = battle.active_pokemon
+    opp = battle.opponent_active_pokemon
+    own_types: list = []
+    opp_types: list = []
+    own_alive = 0
     for i, mon in enumerate(battle.team.values()):
         if i == 6:
             break
-        _encode_pokemon(out, OWN_TEAM + i * POKE_DIM, mon)
+        fainted, types = _encode_pokemon(out, OWN_TEAM + i * POKE_DIM, mon)
+        own_alive += not fainted
+        if mon is active:
+            own_types = types
+    opp_fainted = 0
     for i, mon in enumerate(battle.opponent_team.values()):
         if i == 6:
             break
-        _encode_pokemon(out, OPP_TEAM + i * POKE_DIM, mon)
+        fainted, types = _encode_pokemon(out, OPP_TEAM + i * POKE_DIM, mon)
+        opp_fainted += fainted
+        if mon is opp:
+            opp_types = types
 
-    active = battle.active_pokemon
-    opp = battle.opponent_active_pokemon
     if active is not None:
-        opp_types = _type_ids(opp) if opp is not None else []
-        own_types = set(_type_ids(active))
         available = {m.id for m in battle.available_moves}
         for j, move in enumerate(active.moves.values()):
             if j == 4:
                 break
             base = MOVES + j * MOVE_DIM
-            row, mtype, is_status = _move_static(move)
+            row, mtype, is_status, max_pp = _move_static(move)
             out[base:base + MOVE_DIM] = row
             if move.id in available:
                 out[base + M_AVAILABLE] = 1.0
-            max_pp = move.max_pp
+            if getattr(move, "_from_transform", False):
+                max_pp = move.max_pp  # transformed moves have at most 5 PP
             out[base + M_PP] = move.current_pp / max_pp if max_pp else 0.0
             if mtype >= 0:
                 if opp_types and not is_status:
-                    mult = float(np.prod(EFFECTIVENESS[mtype, opp_types]))
+                    eff = _EFF[mtype]
+                    mult = 1.0
+                    for t in opp_types:
+                        mult *= eff[t]
                     if mult == 0.0:
                         out[base + M_IMMUNE] = 1.0
                     else:
-                        out[base + M_EFFECT] = np.log2(mult) / 2.0
+                        out[base + M_EFFECT] = math.log2(mult) / 2.0
                 if mtype in own_types:
                     out[base + M_STAB] = 1.0
 
     for w in battle.weather:
-        out[FIELD + F_WEATHER + WEATHER_INDEX[w]] = 1.0
+        out[FIELD + F_WEATHER + _WEATHER_BY_ID[id(w)]] = 1.0
     for f in battle.fields:
-        out[FIELD + F_FIELDS + FIELD_INDEX[f]] = 1.0
-    for s in battle.side_conditions:
-        out[FIELD + F_SIDE + SIDE_INDEX[s]] = 1.0
-    for s in battle.opponent_side_conditions:
-        out[FIELD + F_OPP_SIDE + SIDE_INDEX[s]] = 1.0
+        out[FIELD + F_FIELDS + _FIELD_BY_ID[id(f)]] = 1.0
+    for c in battle.side_conditions:
+        out[FIELD + F_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
+    for c in battle.opponent_side_conditions:
+        out[FIELD + F_OPP_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
     flags = FIELD + F_FLAGS
-    out[flags + 0] = float(battle.can_tera)
-    out[flags + 1] = float(battle.opponent_used_tera)
-    out[flags + 2] = float(any(battle.force_switch)) if isinstance(battle.force_switch, list) else float(battle.force_switch)
-    out[flags + 3] = float(battle.trapped)
-    out[flags + 4] = battle.turn / 50.0
-    out[flags + 5] = sum(not m.fainted for m in battle.team.values()) / 6.0
-    out[flags + 6] = (6 - sum(m.fainted for m in battle.opponent_team.values())) / 6.0
+    force_switch = battle.force_switch
+    out[flags:flags + N_FLAGS] = (
+        battle.can_tera, battle.opponent_used_tera,
+        any(force_switch) if isinstance(force_switch, list) else force_switch,
+        battle.trapped, battle.turn / 50.0, own_alive / 6.0, (6 - opp_fainted) / 6.0)
     return out
 
 

@@ -366,11 +366,22 @@ async def forfeit_unfinished(players) -> None:
 
 
 async def close_players(*players: Player) -> None:
+    """Close the websockets, then cancel message handlers still waiting on a battle lock
+    (otherwise they are garbage-collected while pending, with a warning each)."""
+    me = asyncio.current_task()
     for p in players:
+        active = getattr(p.ps_client, "_active_tasks", set())
+        handlers = set(active)  # those that fail on the closed socket during the stop, too
         try:
             await asyncio.wait_for(p.ps_client.stop_listening(), 5.0)
         except Exception:  # already closed / never connected
             pass
+        handlers = [t for t in handlers | set(active) if t is not me]
+        if handlers:
+            p.logger.disabled = True  # each cancelled handler would log "CancelledError intercepted"
+        for t in handlers:
+            t.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
 
 class Rates:

@@ -95,6 +95,16 @@ def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
                 )
             marker.write_text(SHOWDOWN_VERSION + "\n")
         _prepare(pkg)
+        built = pkg.parent.parent / ".maple-built"
+        if not built.exists():
+            # `pokemon-showdown start` rebuilds dist/ on every start unless told not to; several
+            # servers starting at once would rewrite the files the others are loading. Build once
+            # here, under the lock, and start every server with --skip-build.
+            proc = subprocess.run([_which("node"), "build"], cwd=pkg, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ServerError(f"building pokemon-showdown failed (exit {proc.returncode}):\n"
+                                  f"{(proc.stdout + proc.stderr)[-2000:]}")
+            built.write_text(SHOWDOWN_VERSION + "\n")
     return pkg
 
 
@@ -215,7 +225,7 @@ class ShowdownServer:
         self.log_path = self.log_path or log_dir / f"showdown-{self.port}.log"
         self._log_file = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [node, "pokemon-showdown", "start", "--no-security", str(self.port)],
+            [node, "pokemon-showdown", "start", "--skip-build", "--no-security", str(self.port)],
             cwd=pkg, stdout=self._log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # own process group: stop() takes its simulators too

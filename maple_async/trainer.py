@@ -197,6 +197,18 @@ class Trainer:
                 self._wake.set()
                 return
 
+    async def _watch_logins(self, players: list, timeout_s: float = 60.0) -> None:
+        """A player that never logs in would leave its lane idle forever (seen with 8 servers
+        starting at once): treat it as a server fault, so the lanes restart with new accounts."""
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.ps_client.logged_in.wait() for p in players)),
+                                   timeout_s)
+        except asyncio.TimeoutError:
+            missing = [p.username for p in players if not p.ps_client.logged_in.is_set()]
+            self._print(f"[train] not logged in after {timeout_s:.0f}s: {', '.join(missing)}")
+            self._fault.set()
+            self._wake.set()
+
     def _start_lanes(self, url: str, agents: list) -> tuple[list, list, list]:
         loop = asyncio.get_running_loop()
         for a in agents:
@@ -204,6 +216,7 @@ class Trainer:
         lanes = self._make_lanes(url)
         players = [p for ln in lanes for p in (ln.me, ln.opponent)]
         tasks = [loop.create_task(watchdog(a, players, self.cfg.runner.battle_timeout_s)) for a in agents]
+        tasks.append(loop.create_task(self._watch_logins(players)))
         for ln in lanes:
             ln.task = loop.create_task(ln.me.battle_against(ln.opponent, n_battles=ln.n_battles),
                                        name=f"lane-{ln.name}")

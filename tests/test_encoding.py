@@ -84,3 +84,38 @@ def test_layout_is_consistent():
     fire, grass, water = (enc.TYPE_INDEX[t] for t in (
         enc.PokemonType.FIRE, enc.PokemonType.GRASS, enc.PokemonType.WATER))
     assert enc.EFFECTIVENESS[fire, grass] == 2 and enc.EFFECTIVENESS[fire, water] == 0.5
+
+
+def _real_battle():
+    import logging
+
+    from poke_env.battle import Battle, Pokemon
+    b = Battle("battle-gen9randombattle-1", "me", logging.getLogger("test"), gen=9)
+    b._player_role = "p1"
+    own = Pokemon(gen=9, species="charizard")
+    foe = Pokemon(gen=9, species="blastoise")
+    b._team = {"p1: Charizard": own}
+    b._opponent_team = {"p2: Blastoise": foe}
+    return b, own, foe
+
+
+def test_encoder_cache_follows_changes_on_the_same_pokemon():
+    """The per-Pokémon static block is cached; a type change (tera) or a boost must show up
+    exactly as a fresh, uncached encoding shows it."""
+    b, own, foe = _real_battle()
+    before = enc.encode(b)
+    t_fire = enc.TYPE_INDEX[enc.PokemonType.FIRE]
+    t_water = enc.TYPE_INDEX[enc.PokemonType.WATER]
+    assert before[enc.OWN_TEAM + enc.P_TYPES + t_fire] == 1.0
+    own.terastallize("water")
+    own.boost("atk", 2)
+    after = enc.encode(b)
+    enc._POKE_STATIC.clear()
+    fresh = enc.encode(b)
+    assert np.array_equal(after, fresh)
+    assert not np.array_equal(before, after)
+    assert after[enc.OWN_TEAM + enc.P_TERASTALLIZED] == 1.0
+    assert after[enc.OWN_TEAM + enc.P_TYPES + t_water] == 1.0
+    assert after[enc.OWN_TEAM + enc.P_TYPES + t_fire] == 0.0
+    assert after[enc.OWN_TEAM + enc.P_BOOSTS + enc.BOOSTS.index("atk")] == pytest.approx(2 / 6)
+    assert after[enc.OPP_TEAM + enc.P_PRESENT] == 1.0 and after[enc.OPP_TEAM + enc.P_TYPES + t_water] == 1.0
