@@ -318,9 +318,25 @@ def forget_later(player: Player, battle) -> None:
     loop.call_later(FORGET_FINISHED_AFTER_S, player.battles.pop, battle.battle_tag, None)
 
 
+class _ReapingTaskSet(set):
+    """poke-env's set of message-handler tasks. A handler that fails has already logged its
+    error through poke-env's logger; marking the exception retrieved here stops asyncio from
+    printing it again as "Task exception was never retrieved" (e.g. every ``/leave`` that
+    meets a websocket we closed at shutdown)."""
+
+    def discard(self, task) -> None:
+        if task.done() and not task.cancelled():
+            task.exception()
+        super().discard(task)
+
+
 def quiet_logger(player: Player) -> None:
-    """poke-env gives each player its own stream handler; don't print twice via root."""
+    """poke-env gives each player its own stream handler; don't print twice via root, and
+    don't print handler errors twice via asyncio."""
     player.logger.propagate = False
+    client = player.ps_client
+    if isinstance(getattr(client, "_active_tasks", None), set):
+        client._active_tasks = _ReapingTaskSet(client._active_tasks)
 
 
 def _baseline_class(name: str) -> type:
@@ -370,13 +386,11 @@ async def close_players(*players: Player) -> None:
     (otherwise they are garbage-collected while pending, with a warning each)."""
     me = asyncio.current_task()
     for p in players:
-        active = getattr(p.ps_client, "_active_tasks", set())
-        handlers = set(active)  # those that fail on the closed socket during the stop, too
         try:
             await asyncio.wait_for(p.ps_client.stop_listening(), 5.0)
         except Exception:  # already closed / never connected
             pass
-        handlers = [t for t in handlers | set(active) if t is not me]
+        handlers = [t for t in getattr(p.ps_client, "_active_tasks", ()) if t is not me]
         if handlers:
             p.logger.disabled = True  # each cancelled handler would log "CancelledError intercepted"
         for t in handlers:
