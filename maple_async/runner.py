@@ -386,13 +386,14 @@ async def close_players(*players: Player) -> None:
     (otherwise they are garbage-collected while pending, with a warning each)."""
     me = asyncio.current_task()
     for p in players:
+        # Handlers still running would log every send to the closed socket and every
+        # cancellation ("CancelledError intercepted"); nothing useful is said after this point.
+        p.logger.disabled = True
         try:
             await asyncio.wait_for(p.ps_client.stop_listening(), 5.0)
         except Exception:  # already closed / never connected
             pass
         handlers = [t for t in getattr(p.ps_client, "_active_tasks", ()) if t is not me]
-        if handlers:
-            p.logger.disabled = True  # each cancelled handler would log "CancelledError intercepted"
         for t in handlers:
             t.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
