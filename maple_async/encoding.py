@@ -32,6 +32,7 @@ is pending.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from poke_env.battle import Battle, MoveCategory, PokemonType, SideCondition, Status
@@ -287,11 +288,37 @@ def action_mask(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+@dataclass
+class SlotSwitchOrder(SingleBattleOrder):
+    """A switch sent as the party slot number of the current request.
+
+    poke-env sends ``/choose switch <name>``, and Showdown matches that against the party
+    in order, active Pokémon first, by name *or species*: an active Pokémon transformed
+    into the same species (Ditto, Imposter) is matched instead of the one on the bench, and
+    the choice is rejected ("You can't switch to an active Pokémon").
+    """
+
+    slot: int = 0
+
+    @property
+    def message(self) -> str:
+        return f"/choose switch {self.slot}"
+
+
+def _switch_order(battle: Battle, action: int) -> BattleOrder:
+    ident, mon = list(battle.team.items())[action]
+    side = (battle.last_request or {}).get("side") or {}
+    for slot, entry in enumerate(side.get("pokemon") or (), start=1):
+        if entry.get("ident") == ident:
+            return SlotSwitchOrder(mon, slot=slot)
+    return SingleBattleOrder(mon)  # no request to read the slot from: poke-env's form
+
+
 def action_to_order(battle: Battle, action: int) -> BattleOrder:
     """Translate an action index into a poke-env order (inverse of the mask's numbering)."""
     if action < 0:
         return DefaultBattleOrder()
     if action < 6:
-        return SingleBattleOrder(list(battle.team.values())[action])
+        return _switch_order(battle, action)
     move = _move_choices(battle)[(action - 6) % 4]
     return SingleBattleOrder(move, terastallize=22 <= action < 26)

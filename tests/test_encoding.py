@@ -20,7 +20,7 @@ def battle(team, active_moves=None, switches=(), trapped=False, can_tera=False, 
     avail = [NS(id=m) for m in (available if available is not None else (active_moves or []))]
     return NS(team=team_d, active_pokemon=active, available_moves=avail,
               available_switches=[m for m in team if m.species in switches],
-              trapped=trapped, can_tera=can_tera, _wait=wait)
+              trapped=trapped, can_tera=can_tera, _wait=wait, last_request=None)
 
 
 TEAM = [mon("a", ["tackle", "ember", "growl", "surf"], active=True), mon("b"), mon("c"),
@@ -119,3 +119,16 @@ def test_encoder_cache_follows_changes_on_the_same_pokemon():
     assert after[enc.OWN_TEAM + enc.P_TYPES + t_fire] == 0.0
     assert after[enc.OWN_TEAM + enc.P_BOOSTS + enc.BOOSTS.index("atk")] == pytest.approx(2 / 6)
     assert after[enc.OPP_TEAM + enc.P_PRESENT] == 1.0 and after[enc.OPP_TEAM + enc.P_TYPES + t_water] == 1.0
+
+
+def test_switch_is_sent_as_the_request_slot():
+    """Showdown matches `switch <name>` by name or species, active Pokémon first: an active
+    Ditto transformed into the benched species would be picked. Switches go by slot."""
+    b = battle(TEAM, ["tackle"], switches="bcdf")
+    b.last_request = {"side": {"pokemon": [{"ident": f"p1: {s}"} for s in "dabcfe"]}}
+    assert enc.action_to_order(b, 3).message == "/choose switch 1"  # "d" is first in the request
+    assert enc.action_to_order(b, 1).message == "/choose switch 3"
+    assert enc.action_to_order(b, 5).order.species == "f"
+    b.last_request = None  # no request to read: poke-env's own form (by name)
+    order = enc.action_to_order(b, 1)
+    assert type(order) is enc.SingleBattleOrder and order.order.species == "b"

@@ -22,10 +22,19 @@ class CheckingAgent(Agent):
         self.mask_errors = []
         self.checked = 0
 
+    def _as_poke_env_order(self, battle, order) -> str:
+        """Switches are sent by request slot; check the slot, then compare by name."""
+        if isinstance(order, enc.SlotSwitchOrder):
+            entry = battle.last_request["side"]["pokemon"][order.slot - 1]
+            if battle.team.get(entry["ident"]) is not order.order or entry.get("active"):
+                self.mask_errors.append((battle.battle_tag, {f"slot {order.slot} is {entry['ident']}"}))
+            return str(enc.SingleBattleOrder(order.order))
+        return str(order)
+
     async def choose(self, battle, opponent):
         mask = enc.action_mask(battle)
         valid = {str(o) for o in battle.valid_orders}
-        allowed = {str(enc.action_to_order(battle, a)) for a in np.flatnonzero(mask)}
+        allowed = {self._as_poke_env_order(battle, enc.action_to_order(battle, a)) for a in np.flatnonzero(mask)}
         if not allowed <= valid:
             self.mask_errors.append((battle.battle_tag, allowed - valid))
         self.checked += 1
