@@ -58,6 +58,7 @@ class NetworkConfig:
     hidden_size: int = 128
     num_layers: int = 1
     attention_heads: int = 4
+    entity_head: bool = True  # score switch/move actions per Pokémon/move block (shared scorers)
 
 
 @dataclass

@@ -12,11 +12,17 @@ field                      FIELD_DIM     weather, fields, side conditions, flags
 =========================  ============  ==================================================
 
 POKE_DIM (per Pokémon): present, hp fraction, fainted, active, status one-hot (6),
-types multi-hot (18), tera type one-hot (18), terastallized, level/100, boosts/6 (7).
+types multi-hot (18), tera type one-hot (18), terastallized, level/100, boosts/6 (7),
+stats/400 (6: hp atk def spa spd spe; own team: the real stats from the request, opponent:
+estimated from base stats and level as random battles build sets), matchup against the
+other side's active Pokémon (3): best type effectiveness of this Pokémon's types against
+it, of its types against this one (both log2 / 2), log2 speed ratio / 2 (clipped to +-1).
 
 MOVE_DIM (per move): present, available now, base power/100, accuracy, type one-hot (18),
 category one-hot (3), priority/5, PP fraction, log2 effectiveness vs opponent active / 2,
-immune, STAB.
+immune, STAB, estimated damage as a fraction of the opponent active's remaining HP
+(Showdown's damage formula with stats, boosts, STAB, effectiveness and accuracy;
+clipped to 2) / 2, and whether that estimate knocks it out.
 
 FIELD_DIM: weather one-hot (9), fields multi-hot (15), own side conditions (24),
 opponent side conditions (24), can tera, opponent used tera, force switch, trapped,
@@ -62,7 +68,12 @@ P_TERA = P_TYPES + N_TYPES
 P_TERASTALLIZED = P_TERA + N_TYPES
 P_LEVEL = P_TERASTALLIZED + 1
 P_BOOSTS = P_LEVEL + 1
-POKE_DIM = P_BOOSTS + len(BOOSTS)
+STATS = ("hp", "atk", "def", "spa", "spd", "spe")
+P_STATS = P_BOOSTS + len(BOOSTS)
+P_MATCH_OFF = P_STATS + len(STATS)
+P_MATCH_DEF = P_MATCH_OFF + 1
+P_MATCH_SPE = P_MATCH_DEF + 1
+POKE_DIM = P_MATCH_SPE + 1
 
 # Per-move block offsets
 M_PRESENT, M_AVAILABLE, M_POWER, M_ACCURACY = 0, 1, 2, 3
@@ -73,7 +84,9 @@ M_PP = M_PRIORITY + 1
 M_EFFECT = M_PP + 1
 M_IMMUNE = M_EFFECT + 1
 M_STAB = M_IMMUNE + 1
-MOVE_DIM = M_STAB + 1
+M_DAMAGE = M_STAB + 1
+M_KO = M_DAMAGE + 1
+MOVE_DIM = M_KO + 1
 
 # Field block offsets
 F_WEATHER = 0
@@ -108,10 +121,11 @@ _SIDE_BY_ID = {id(c): i for c, i in SIDE_INDEX.items()}
 _FNT = Status.FNT
 
 # Static per-move features (power, accuracy, type, category, priority, max PP) by move id.
-_MOVE_STATIC: dict[str, tuple[np.ndarray, int, bool, int]] = {}
+_MOVE_STATIC: dict[str, tuple] = {}
 
 
-def _move_static(move) -> tuple[np.ndarray, int, bool, int]:
+def _move_static(move) -> tuple:
+    """(row, type index, category index, base power, accuracy, max PP) for ``move``."""
     cached = _MOVE_STATIC.get(move.id)
     if cached is not None:
         return cached
@@ -122,28 +136,48 @@ def _move_static(move) -> tuple[np.ndarray, int, bool, int]:
     mtype = TYPE_INDEX.get(move.type, -1)
     if mtype >= 0:
         row[M_TYPE + mtype] = 1.0
-    row[M_CATEGORY + CATEGORY_INDEX[move.category]] = 1.0
+    category = CATEGORY_INDEX[move.category]
+    row[M_CATEGORY + category] = 1.0
     row[M_PRIORITY] = move.priority / 5.0
-    cached = (row, mtype, move.category == MoveCategory.STATUS, move.entry["pp"] * 8 // 5)
+    cached = (row, mtype, category, float(move.base_power), float(move.accuracy),
+              move.entry["pp"] * 8 // 5)
     _MOVE_STATIC[move.id] = cached
     return cached
 
 
-# The static part of a Pokémon block (present, types, tera type, terastallized, level), cached
-# per Pokémon object together with the attributes it was built from, compared by identity:
-# a stale or reused entry is rebuilt, never used.
+def _stats(mon, level: int) -> list:
+    """Stats (hp atk def spa spd spe): the request's when known (own team), otherwise
+    estimated from base stats and level with the EVs/IVs random battles use (84/31)."""
+    known = mon.stats or {}
+    base = mon.base_stats
+    out = []
+    for k in STATS:
+        v = known.get(k)
+        if v is None:
+            b = base.get(k, 80)
+            v = (2 * b + 52) * level // 100 + (level + 10 if k == "hp" else 5)
+        out.append(float(v))
+    return out
+
+
+# The static part of a Pokémon block (present, types, tera type, terastallized, level,
+# stats), cached per Pokémon object together with the attributes it was built from,
+# compared by identity: a stale or reused entry is rebuilt, never used.
 _POKE_STATIC: dict[int, tuple] = {}
 _POKE_STATIC_MAX = 20000
 
 
-def _poke_static(mon) -> tuple[np.ndarray, list]:
+def _poke_static(mon) -> tuple[np.ndarray, tuple, list]:
     t1, t2, tera, tz, level = mon.type_1, mon.type_2, mon.tera_type, mon.is_terastallized, mon.level
+    base, known = mon.base_stats, mon.stats
+    atk = known.get("atk") if known else None
     c = _POKE_STATIC.get(id(mon))
-    if c is not None and c[0] is t1 and c[1] is t2 and c[2] is tera and c[3] is tz and c[4] == level:
-        return c[5], c[6]
+    if (c is not None and c[0] is t1 and c[1] is t2 and c[2] is tera and c[3] is tz
+            and c[4] == level and c[5] is base and c[6] == atk):
+        return c[7], c[8], c[9]
     row = np.zeros(POKE_DIM, dtype=np.float32)
     row[P_PRESENT] = 1.0
-    types = [_TYPE_BY_ID[id(t)] for t in (t1, t2) if id(t) in _TYPE_BY_ID]
+    types = tuple(_TYPE_BY_ID[id(t)] for t in (t1, t2) if id(t) in _TYPE_BY_ID)
     for t in types:
         row[P_TYPES + t] = 1.0
     if id(tera) in _TYPE_BY_ID:
@@ -151,15 +185,18 @@ def _poke_static(mon) -> tuple[np.ndarray, list]:
     if tz:
         row[P_TERASTALLIZED] = 1.0
     row[P_LEVEL] = level / 100.0
+    stats = _stats(mon, level)
+    row[P_STATS:P_STATS + len(STATS)] = stats
+    row[P_STATS:P_STATS + len(STATS)] /= 400.0
     if len(_POKE_STATIC) >= _POKE_STATIC_MAX:
         _POKE_STATIC.clear()
-    _POKE_STATIC[id(mon)] = (t1, t2, tera, tz, level, row, types)
-    return row, types
+    _POKE_STATIC[id(mon)] = (t1, t2, tera, tz, level, base, atk, row, types, stats)
+    return row, types, stats
 
 
-def _encode_pokemon(out: np.ndarray, base: int, mon) -> tuple[bool, list]:
-    """Write one Pokémon block; return (fainted, type indices)."""
-    row, types = _poke_static(mon)
+def _encode_pokemon(out: np.ndarray, base: int, mon) -> tuple[bool, tuple, list]:
+    """Write one Pokémon block; return (fainted, type indices, stats)."""
+    row, types, stats = _poke_static(mon)
     out[base:base + POKE_DIM] = row
     out[base + P_HP] = mon.current_hp_fraction
     status = mon.status
@@ -176,7 +213,49 @@ def _encode_pokemon(out: np.ndarray, base: int, mon) -> tuple[bool, list]:
             b = boosts[name]
             if b:
                 out[base + P_BOOSTS + i] = b / 6.0
-    return fainted, types
+    return fainted, types, stats
+
+
+# Best effectiveness of any attacking type against a defender's types, as log2 / 2
+# (immunity: -1.5), by (attacking types, defending types).
+_MATCH: dict[tuple, float] = {}
+
+
+def _matchup(att: tuple, dfn: tuple) -> float:
+    key = (att, dfn)
+    v = _MATCH.get(key)
+    if v is None:
+        best = 0.0
+        for a in att:
+            eff = _EFF[a]
+            m = 1.0
+            for d in dfn:
+                m *= eff[d]
+            best = max(best, m)
+        v = -1.5 if best == 0.0 else math.log2(best) / 2.0
+        if not att or not dfn:
+            v = 0.0
+        _MATCH[key] = v
+    return v
+
+
+def _boost(b: int) -> float:
+    return (2 + b) / 2.0 if b >= 0 else 2.0 / (2 - b)
+
+
+def _speed_feature(spe: float, other: float) -> float:
+    if spe <= 0 or other <= 0:
+        return 0.0
+    return max(-1.0, min(1.0, math.log2(spe / other) / 2.0))
+
+
+_BRN = Status.BRN
+_PAR = Status.PAR
+
+
+def _active_speed(mon, stats: list) -> float:
+    spe = stats[5] * _boost(mon.boosts.get("spe", 0))
+    return spe * 0.5 if mon.status is _PAR else spe
 
 
 def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
@@ -187,50 +266,90 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
         out.fill(0.0)
     active = battle.active_pokemon
     opp = battle.opponent_active_pokemon
-    own_types: list = []
-    opp_types: list = []
+    own_types: tuple = ()
+    opp_types: tuple = ()
+    own_stats = opp_stats = None
     own_alive = 0
+    own_rows = []
     for i, mon in enumerate(battle.team.values()):
         if i == 6:
             break
-        fainted, types = _encode_pokemon(out, OWN_TEAM + i * POKE_DIM, mon)
+        fainted, types, stats = _encode_pokemon(out, OWN_TEAM + i * POKE_DIM, mon)
         own_alive += not fainted
+        own_rows.append((OWN_TEAM + i * POKE_DIM, types, stats, mon is active))
         if mon is active:
-            own_types = types
+            own_types, own_stats = types, stats
     opp_fainted = 0
+    opp_rows = []
     for i, mon in enumerate(battle.opponent_team.values()):
         if i == 6:
             break
-        fainted, types = _encode_pokemon(out, OPP_TEAM + i * POKE_DIM, mon)
+        fainted, types, stats = _encode_pokemon(out, OPP_TEAM + i * POKE_DIM, mon)
         opp_fainted += fainted
+        opp_rows.append((OPP_TEAM + i * POKE_DIM, types, stats, mon is opp))
         if mon is opp:
-            opp_types = types
+            opp_types, opp_stats = types, stats
+
+    # Matchups: own Pokémon against the opponent's active one, and the other way round.
+    if own_stats is not None and opp_stats is not None:
+        own_spe = _active_speed(active, own_stats)
+        opp_spe = _active_speed(opp, opp_stats)
+        for rows, other_types, other_spe, mine in ((own_rows, opp_types, opp_spe, own_spe),
+                                                   (opp_rows, own_types, own_spe, opp_spe)):
+            for base, types, stats, is_active in rows:
+                out[base + P_MATCH_OFF] = _matchup(types, other_types)
+                out[base + P_MATCH_DEF] = _matchup(other_types, types)
+                out[base + P_MATCH_SPE] = _speed_feature(mine if is_active else stats[5], other_spe)
 
     if active is not None:
         available = {m.id for m in battle.available_moves}
+        damage = own_stats is not None and opp_stats is not None
+        if damage:
+            own_boosts, opp_boosts = active.boosts, opp.boosts
+            level = active.level
+            attack = (own_stats[1] * _boost(own_boosts.get("atk", 0)),
+                      own_stats[3] * _boost(own_boosts.get("spa", 0)))
+            defence = (opp_stats[2] * _boost(opp_boosts.get("def", 0)),
+                       opp_stats[4] * _boost(opp_boosts.get("spd", 0)))
+            burned = active.status is _BRN
+            # Opponent's remaining HP in points (estimated max HP x fraction).
+            opp_hp = max(opp_stats[0] * (opp.current_hp_fraction or 1.0), 1.0)
+            level_factor = 2.0 * level / 5.0 + 2.0
         for j, move in enumerate(active.moves.values()):
             if j == 4:
                 break
             base = MOVES + j * MOVE_DIM
-            row, mtype, is_status, max_pp = _move_static(move)
+            row, mtype, category, power, accuracy, max_pp = _move_static(move)
             out[base:base + MOVE_DIM] = row
             if move.id in available:
                 out[base + M_AVAILABLE] = 1.0
             if getattr(move, "_from_transform", False):
                 max_pp = move.max_pp  # transformed moves have at most 5 PP
             out[base + M_PP] = move.current_pp / max_pp if max_pp else 0.0
-            if mtype >= 0:
-                if opp_types and not is_status:
+            if mtype >= 0 and category != 2:
+                mult = 1.0
+                if opp_types:
                     eff = _EFF[mtype]
-                    mult = 1.0
                     for t in opp_types:
                         mult *= eff[t]
                     if mult == 0.0:
                         out[base + M_IMMUNE] = 1.0
                     else:
                         out[base + M_EFFECT] = math.log2(mult) / 2.0
-                if mtype in own_types:
+                stab = mtype in own_types
+                if stab:
                     out[base + M_STAB] = 1.0
+                if damage and power > 0 and mult > 0.0:
+                    d = (level_factor * power * attack[category] / defence[category]) / 50.0 + 2.0
+                    d *= mult * accuracy * 0.925 * (1.5 if stab else 1.0)
+                    if burned and category == 0:
+                        d *= 0.5
+                    frac = d / opp_hp
+                    out[base + M_DAMAGE] = min(frac, 2.0) / 2.0
+                    if frac >= 1.0:
+                        out[base + M_KO] = 1.0
+            elif mtype >= 0 and mtype in own_types:
+                out[base + M_STAB] = 1.0
 
     for w in battle.weather:
         out[FIELD + F_WEATHER + _WEATHER_BY_ID[id(w)]] = 1.0

@@ -16,12 +16,45 @@ from torch import nn
 from . import encoding as enc
 
 
+class EntityHead(nn.Module):
+    """Action logits scored per entity: switch *i* from own Pokémon block *i*, move *j*
+    (and move *j* + tera) from move block *j*, each against the core's context.
+
+    ``logit = <embed(entity), W y> + w . embed(entity)``: one scorer shared by the six
+    switch slots and one by the four move slots, so what is learned about a move (its
+    damage estimate, effectiveness, a KO) holds in every slot. Added to the plain linear
+    head's logits; needs the :mod:`maple_async.encoding` layout and 26 actions.
+    """
+
+    def __init__(self, hidden_size: int, d: int = 64):
+        super().__init__()
+        self.poke = nn.Sequential(nn.Linear(enc.POKE_DIM, d), nn.ReLU(), nn.Linear(d, d), nn.ReLU())
+        self.move = nn.Sequential(nn.Linear(enc.MOVE_DIM, d), nn.ReLU(), nn.Linear(d, d), nn.ReLU())
+        self.poke_ctx = nn.Linear(hidden_size, d)
+        self.move_ctx = nn.Linear(hidden_size, d)
+        self.poke_out = nn.Linear(d, 1)
+        self.move_out = nn.Linear(d, 1)
+        for layer in (self.poke_ctx, self.move_ctx, self.poke_out, self.move_out):
+            nn.init.orthogonal_(layer.weight, gain=0.01)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        own = x[..., enc.OWN_TEAM:enc.OPP_TEAM].reshape(*lead, 6, enc.POKE_DIM)
+        moves = x[..., enc.MOVES:enc.FIELD].reshape(*lead, 4, enc.MOVE_DIM)
+        pe, me = self.poke(own), self.move(moves)
+        switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
+        move = (me * self.move_ctx(y).unsqueeze(-2)).sum(-1) + self.move_out(me).squeeze(-1)
+        other = switch.new_zeros(*lead, 12)  # actions 10-21: never legal in gen9
+        return torch.cat([switch, move, other, move], dim=-1)
+
+
 class PolicyNetwork(nn.Module):
     """Base class. Subclasses implement ``_core(features[B,T,F], hidden) -> (y[B,T,H], hidden)``."""
 
     hidden_dim: int = 0
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int):
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int, entity_head: bool = True):
         super().__init__()
         self.obs_dim = obs_dim
         self.n_actions = n_actions
@@ -32,6 +65,14 @@ class PolicyNetwork(nn.Module):
         nn.init.zeros_(self.policy_head.bias)
         nn.init.orthogonal_(self.value_head.weight, gain=1.0)
         nn.init.zeros_(self.value_head.bias)
+        use_entity = entity_head and obs_dim == enc.OBS_DIM and n_actions == enc.N_ACTIONS
+        self.entity_head = EntityHead(hidden_size) if use_entity else None
+
+    def _logits(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.policy_head(y)
+        if self.entity_head is not None:
+            logits = logits + self.entity_head(x, y)
+        return logits
 
     def initial_hidden(self, batch: int, device: Optional[torch.device] = None) -> torch.Tensor:
         return torch.zeros(batch, self.hidden_dim, device=device)
@@ -40,7 +81,7 @@ class PolicyNetwork(nn.Module):
         """One decision for a batch of battles: ``x [B, obs_dim]``, ``hidden [B, hidden_dim]``."""
         y, new_hidden = self._core(x.unsqueeze(1), hidden, detach_every=0)
         y = y.squeeze(1)
-        return (self.policy_head(y), self.value_head(y).squeeze(-1)), new_hidden
+        return (self._logits(x, y), self.value_head(y).squeeze(-1)), new_hidden
 
     def forward_sequence(self, x: torch.Tensor, hidden: torch.Tensor, detach_every: int = 0,
                          return_hidden: bool = False):
@@ -51,7 +92,7 @@ class PolicyNetwork(nn.Module):
         Returns ``logits [B, T, A]``, ``values [B, T]`` (and the final hidden state).
         """
         y, h = self._core(x, hidden, detach_every=detach_every)
-        out = (self.policy_head(y), self.value_head(y).squeeze(-1))
+        out = (self._logits(x, y), self.value_head(y).squeeze(-1))
         return (*out, h) if return_hidden else out
 
     def _core(self, x, hidden, detach_every):  # pragma: no cover - abstract
@@ -67,8 +108,8 @@ class MLPPolicy(PolicyNetwork):
 
     hidden_dim = 0
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, **_):
-        super().__init__(obs_dim, n_actions, hidden_size)
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, entity_head: bool = True, **_):
+        super().__init__(obs_dim, n_actions, hidden_size, entity_head)
         self.body = _mlp(obs_dim, hidden_size)
 
     def _core(self, x, hidden, detach_every):
@@ -78,8 +119,9 @@ class MLPPolicy(PolicyNetwork):
 class _Recurrent(PolicyNetwork):
     """Shared LSTM core over per-step features; hidden = [h; c] of every layer, flattened."""
 
-    def __init__(self, feat_dim: int, obs_dim: int, n_actions: int, hidden_size: int, num_layers: int):
-        super().__init__(obs_dim, n_actions, hidden_size)
+    def __init__(self, feat_dim: int, obs_dim: int, n_actions: int, hidden_size: int, num_layers: int,
+                 entity_head: bool = True):
+        super().__init__(obs_dim, n_actions, hidden_size, entity_head)
         self.num_layers = num_layers
         self.hidden_dim = 2 * num_layers * hidden_size
         self.lstm = nn.LSTM(feat_dim, hidden_size, num_layers=num_layers, batch_first=True)
@@ -118,8 +160,9 @@ class _Recurrent(PolicyNetwork):
 class LSTMPolicy(_Recurrent):
     """MLP encoder -> LSTM -> policy and value heads."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1, **_):
-        super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers)
+    def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1,
+                 entity_head: bool = True, **_):
+        super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers, entity_head)
         self.encoder = _mlp(obs_dim, hidden_size)
 
     def _features(self, x):
@@ -134,10 +177,10 @@ class AttentionPolicy(_Recurrent):
     """
 
     def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1,
-                 attention_heads: int = 4, **_):
+                 attention_heads: int = 4, entity_head: bool = True, **_):
         if obs_dim != enc.OBS_DIM:
             raise ValueError("AttentionPolicy needs the maple_async.encoding layout")
-        super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers)
+        super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers, entity_head)
         d = hidden_size
         self.poke_embed = nn.Linear(enc.POKE_DIM, d)
         self.move_embed = nn.Linear(enc.MOVE_DIM, d)
@@ -169,15 +212,17 @@ NETWORKS = {"mlp": MLPPolicy, "lstm": LSTMPolicy, "attention": AttentionPolicy}
 
 
 def build(kind: str, hidden_size: int = 128, num_layers: int = 1, attention_heads: int = 4,
-          obs_dim: int = enc.OBS_DIM, n_actions: int = enc.N_ACTIONS) -> PolicyNetwork:
+          obs_dim: int = enc.OBS_DIM, n_actions: int = enc.N_ACTIONS,
+          entity_head: bool = True) -> PolicyNetwork:
     if kind not in NETWORKS:
         raise ValueError(f"unknown network '{kind}' (known: {', '.join(NETWORKS)})")
     return NETWORKS[kind](obs_dim, n_actions, hidden_size=hidden_size, num_layers=num_layers,
-                          attention_heads=attention_heads)
+                          attention_heads=attention_heads, entity_head=entity_head)
 
 
 def from_config(net_cfg) -> PolicyNetwork:
-    return build(net_cfg.kind, net_cfg.hidden_size, net_cfg.num_layers, net_cfg.attention_heads)
+    return build(net_cfg.kind, net_cfg.hidden_size, net_cfg.num_layers, net_cfg.attention_heads,
+                 entity_head=net_cfg.entity_head)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -84,3 +84,24 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError):
             nets.resolve_device("cuda")
+
+
+def test_entity_head_scores_each_slot_with_one_shared_scorer():
+    """Swapping two move blocks swaps their entity scores (and the tera copies); swapping
+    two own-team blocks swaps their switch scores."""
+    torch.manual_seed(0)
+    head = nets.EntityHead(hidden_size=16)
+    for layer in (head.poke_ctx, head.move_ctx, head.poke_out, head.move_out):
+        torch.nn.init.normal_(layer.weight)
+    x, y = torch.randn(3, enc.OBS_DIM), torch.randn(3, 16)
+    out = head(x, y)
+    assert out.shape == (3, enc.N_ACTIONS) and torch.equal(out[:, 6:10], out[:, 22:26])
+    assert torch.all(out[:, 10:22] == 0)
+    xs = x.clone()
+    m0, m2 = enc.MOVES, enc.MOVES + 2 * enc.MOVE_DIM
+    xs[:, m0:m0 + enc.MOVE_DIM], xs[:, m2:m2 + enc.MOVE_DIM] = x[:, m2:m2 + enc.MOVE_DIM], x[:, m0:m0 + enc.MOVE_DIM]
+    p1, p4 = enc.OWN_TEAM + enc.POKE_DIM, enc.OWN_TEAM + 4 * enc.POKE_DIM
+    xs[:, p1:p1 + enc.POKE_DIM], xs[:, p4:p4 + enc.POKE_DIM] = x[:, p4:p4 + enc.POKE_DIM], x[:, p1:p1 + enc.POKE_DIM]
+    swapped = head(xs, y)
+    assert torch.allclose(swapped[:, [8, 7, 6, 9]], out[:, 6:10], atol=1e-6)
+    assert torch.allclose(swapped[:, [0, 4, 2, 3, 1, 5]], out[:, 0:6], atol=1e-6)
