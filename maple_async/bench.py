@@ -56,6 +56,19 @@ class Window(Rates):
     def us_per_decision(self, seconds: float) -> float:
         return 1e6 * seconds / self.decisions if self.decisions else float("nan")
 
+    def __add__(self, other: "Window") -> "Window":
+        """Two windows as one (counts and times summed, samples joined)."""
+        total = self.seconds + other.seconds
+        return Window(
+            seconds=total, battles=self.battles + other.battles,
+            decisions=self.decisions + other.decisions, cpu_s=self.cpu_s + other.cpu_s,
+            batch_sizes=self.batch_sizes + other.batch_sizes,
+            latencies=self.latencies + other.latencies,
+            encode_s=self.encode_s + other.encode_s, forward_s=self.forward_s + other.forward_s,
+            bookkeeping_s=self.bookkeeping_s + other.bookkeeping_s,
+            in_flight=(self.in_flight * self.seconds + other.in_flight * other.seconds) / total
+            if total > 0 else 0.0)
+
 
 class CountingRandomPlayer(ForgetfulBaseline, RandomPlayer):
     """RandomPlayer that counts its decisions and finished battles (the ceiling)."""
@@ -225,6 +238,9 @@ def report(s: dict, label: str = "") -> str:
         f"whole process CPU per decision:         {s['process_cpu_us_per_decision']:.0f} us "
         f"(ceiling: {s['ceiling_process_cpu_us_per_decision']:.0f} us, poke-env parsing included)",
     ]
+    if "round_ratios" in s:
+        lines.append(f"rounds (ceiling and maple-async interleaved): {len(s['round_ratios'])}, ratio per round "
+                     + " ".join(f"{r:.3f}" for r in s["round_ratios"]))
     if "learn_battles_per_s" in s:
         lines.append(f"with learning on:                       {s['learn_battles_per_s']:.2f} battles/s "
                      f"(ratio {s['learn_ratio']:.3f})")
@@ -252,7 +268,24 @@ def progress(msg: str) -> None:
 
 
 async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
-                    ceiling: Optional[Window] = None) -> tuple[dict, Window]:
+                    ceiling: Optional[Window] = None, repeats: int = 1) -> tuple[dict, Window]:
+    """Ceiling, runner (and learn) windows; with ``repeats > 1`` the pair is measured that
+    many times, interleaved, and the windows are pooled (the box's own drift between
+    phases then averages out); the per-round ratios are reported too."""
+    if repeats > 1:
+        rounds = []
+        for i in range(repeats):
+            progress(f"round {i + 1}/{repeats}")
+            s, c = await run_bench(cfg, device, seconds, warmup_s, learn, url)
+            rounds.append((s, c))
+        pooled_c = sum((c for _, c in rounds[1:]), rounds[0][1])
+        pooled_r = sum((s["_runner"] for s, _ in rounds[1:]), rounds[0][0]["_runner"])
+        pooled_l = None
+        if learn:
+            pooled_l = sum((s["_learn"] for s, _ in rounds[1:]), rounds[0][0]["_learn"])
+        out = summarise(pooled_c, pooled_r, pooled_l)
+        out["round_ratios"] = [s["ratio"] for s, _ in rounds]
+        return out, pooled_c
     if ceiling is None:
         progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
                  f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
@@ -265,7 +298,9 @@ async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, u
     if learn:
         progress("maple-async self-play with learning on")
         learn_w = await measure_runner(url, cfg, device, seconds, warmup_s, learn=True)
-    return summarise(ceiling, runner, learn_w), ceiling
+    out = summarise(ceiling, runner, learn_w)
+    out["_runner"], out["_learn"] = runner, learn_w  # for pooling; dropped before output
+    return out, ceiling
 
 
 def check_finite_positive(summary: dict) -> list[str]:

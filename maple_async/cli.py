@@ -262,7 +262,10 @@ async def _bench(cfg, args) -> int:
             config_mod.validate(c)
             summary, ceilings[c.runner.concurrency] = await bench.run_bench(
                 c, device, args.seconds, args.warmup, args.learn, url,
-                ceiling=ceilings.get(c.runner.concurrency))
+                ceiling=ceilings.get(c.runner.concurrency) if args.repeats == 1 else None,
+                repeats=args.repeats)
+            summary.pop("_runner", None)
+            summary.pop("_learn", None)
             summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
                            max_wait_ms=c.batcher.max_wait_ms, max_batch_size=c.batcher.max_batch_size)
             rows.append((over, summary))
@@ -281,8 +284,8 @@ async def _bench(cfg, args) -> int:
 
 def cmd_bench(args) -> int:
     cfg = load_config(args)
-    if args.seconds <= 0 or args.warmup < 0:
-        raise UserError("--seconds must be > 0 and --warmup >= 0")
+    if args.seconds <= 0 or args.warmup < 0 or args.repeats < 1:
+        raise UserError("--seconds must be > 0, --warmup >= 0 and --repeats >= 1")
     return run_async(_bench(cfg, args))
 
 
@@ -327,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--json", nargs="?", const="-", default=None,
                     help="write the result as one JSON object to PATH (no PATH: stdout only)")
     be.add_argument("--learn", action="store_true", help="also measure with PPO updates running")
+    be.add_argument("--repeats", type=int, default=1,
+                    help="measure ceiling and maple-async this many times, interleaved, and pool "
+                         "the windows (a shared small machine drifts between phases)")
     be.add_argument("--sweep", default=None,
                     help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
     _add_config_flags(be)

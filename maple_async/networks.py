@@ -141,6 +141,19 @@ class _Recurrent(PolicyNetwork):
     def _features(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def forward(self, x: torch.Tensor, hidden: torch.Tensor):
+        """One step. A one-layer LSTM runs as one fused ``lstm_cell`` call: the same math
+        as ``nn.LSTM`` over a length-1 sequence without its per-call overhead (~0.5 ms on
+        a small CPU batch, most of the acting forward)."""
+        if self.num_layers != 1:
+            return super().forward(x, hidden)
+        feats = self._features(x.unsqueeze(1)).squeeze(1)
+        hs = self.hidden_size
+        lstm = self.lstm
+        h, c = torch.lstm_cell(feats, (hidden[:, :hs], hidden[:, hs:]), lstm.weight_ih_l0,
+                               lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+        return (self._logits(x, h), self.value_head(h).squeeze(-1)), torch.cat([h, c], dim=1)
+
     def _core(self, x, hidden, detach_every):
         feats = self._features(x)
         h, c = self._split(hidden)

@@ -35,6 +35,20 @@ def test_summarise_ratios_and_per_decision_split():
     assert bench.check_finite_positive(s) == ["ratio"]
 
 
+def test_pooled_windows_are_one_long_window():
+    """--repeats pools rounds: rates are totals over total time, not a mean of ratios."""
+    a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4],
+                     latencies=[0.01], encode_s=0.1, in_flight=60)
+    b = bench.Window(seconds=30, battles=150, decisions=2000, cpu_s=2.0, batch_sizes=[8, 12],
+                     latencies=[0.02], encode_s=0.2, in_flight=20)
+    p = a + b
+    assert p.seconds == 40 and p.battles == 250 and p.decisions == 3000
+    assert p.battles_per_s == pytest.approx(6.25)
+    assert p.batch_sizes == [4, 8, 12] and p.latencies == [0.01, 0.02]
+    assert p.in_flight == pytest.approx(30)  # time-weighted
+    assert p.us_per_decision(p.encode_s) == pytest.approx(100)
+
+
 def test_parse_sweep():
     combos = bench.parse_sweep("concurrency=8,32 max_wait_ms=0,2,10")
     assert len(combos) == 6

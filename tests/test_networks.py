@@ -26,10 +26,11 @@ def test_recurrent_output_independent_of_batch_companions(kind):
             torch.testing.assert_close(h_batch[0], h_alone[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["mlp", "lstm", "attention"])
-def test_sequence_unroll_matches_stepwise(kind):
+@pytest.mark.parametrize("kind,layers", [("mlp", 1), ("lstm", 1), ("lstm", 2), ("attention", 1)])
+def test_sequence_unroll_matches_stepwise(kind, layers):
+    """The acting step (fused lstm_cell for one layer) equals the training unroll (nn.LSTM)."""
     torch.manual_seed(1)
-    net = nets.build(kind, hidden_size=16).eval()
+    net = nets.build(kind, hidden_size=16, num_layers=layers).eval()
     x = torch.randn(3, 5, enc.OBS_DIM)
     h = net.initial_hidden(3)
     with torch.no_grad():
