@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 from poke_env.battle import Battle, MoveCategory, PokemonType, SideCondition, Status
@@ -147,7 +148,8 @@ def _move_static(move) -> tuple:
 
 def _stats(mon, level: int) -> list:
     """Stats (hp atk def spa spd spe): the request's when known (own team), otherwise
-    estimated from base stats and level with the EVs/IVs random battles use (84/31)."""
+    estimated from base stats and level with the EVs/IVs random battles use (84/31);
+    then log2 of the speed."""
     known = mon.stats or {}
     base = mon.base_stats
     out = []
@@ -157,6 +159,7 @@ def _stats(mon, level: int) -> list:
             b = base.get(k, 80)
             v = (2 * b + 52) * level // 100 + (level + 10 if k == "hp" else 5)
         out.append(float(v))
+    out.append(math.log2(max(out[5], 1.0)))  # log2 speed, for the speed matchup
     return out
 
 
@@ -186,7 +189,7 @@ def _poke_static(mon) -> tuple[np.ndarray, tuple, list]:
         row[P_TERASTALLIZED] = 1.0
     row[P_LEVEL] = level / 100.0
     stats = _stats(mon, level)
-    row[P_STATS:P_STATS + len(STATS)] = stats
+    row[P_STATS:P_STATS + len(STATS)] = stats[:len(STATS)]
     row[P_STATS:P_STATS + len(STATS)] /= 400.0
     if len(_POKE_STATIC) >= _POKE_STATIC_MAX:
         _POKE_STATIC.clear()
@@ -194,48 +197,52 @@ def _poke_static(mon) -> tuple[np.ndarray, tuple, list]:
     return row, types, stats
 
 
-def _encode_pokemon(out: np.ndarray, base: int, mon) -> tuple[bool, tuple, list]:
-    """Write one Pokémon block; return (fainted, type indices, stats)."""
+def _encode_pokemon(out: np.ndarray, w, base: int, mon) -> tuple[bool, tuple, list]:
+    """Write one Pokémon block (``w``: scalar writer over ``out``, see :func:`encode`);
+    return (fainted, type indices, stats)."""
     row, types, stats = _poke_static(mon)
     out[base:base + POKE_DIM] = row
-    out[base + P_HP] = mon.current_hp_fraction
+    w[base + P_HP] = float(mon.current_hp_fraction)
     status = mon.status
     fainted = status is _FNT or mon.fainted
     if fainted:
-        out[base + P_FAINTED] = 1.0
+        w[base + P_FAINTED] = 1.0
     elif status is not None:
-        out[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
+        w[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
     if mon.active:
-        out[base + P_ACTIVE] = 1.0
+        w[base + P_ACTIVE] = 1.0
     boosts = mon.boosts
     if any(boosts.values()):  # most Pokémon have none
         for i, name in enumerate(BOOSTS):
             b = boosts[name]
             if b:
-                out[base + P_BOOSTS + i] = b / 6.0
+                w[base + P_BOOSTS + i] = b / 6.0
     return fainted, types, stats
 
 
-# Best effectiveness of any attacking type against a defender's types, as log2 / 2
-# (immunity: -1.5), by (attacking types, defending types).
-_MATCH: dict[tuple, float] = {}
+# (this Pokémon's best effectiveness against the other, the other's best against this one),
+# each as log2 / 2 (immunity: -1.5), by (own types, other types).
+_MATCH: dict[tuple, tuple[float, float]] = {}
 
 
-def _matchup(att: tuple, dfn: tuple) -> float:
-    key = (att, dfn)
+def _best_effectiveness(att: tuple, dfn: tuple) -> float:
+    if not att or not dfn:
+        return 0.0
+    best = 0.0
+    for a in att:
+        eff = _EFF[a]
+        m = 1.0
+        for d in dfn:
+            m *= eff[d]
+        best = max(best, m)
+    return -1.5 if best == 0.0 else math.log2(best) / 2.0
+
+
+def _matchup(types: tuple, other: tuple) -> tuple[float, float]:
+    key = (types, other)
     v = _MATCH.get(key)
     if v is None:
-        best = 0.0
-        for a in att:
-            eff = _EFF[a]
-            m = 1.0
-            for d in dfn:
-                m *= eff[d]
-            best = max(best, m)
-        v = -1.5 if best == 0.0 else math.log2(best) / 2.0
-        if not att or not dfn:
-            v = 0.0
-        _MATCH[key] = v
+        v = _MATCH[key] = (_best_effectiveness(types, other), _best_effectiveness(other, types))
     return v
 
 
@@ -243,19 +250,35 @@ def _boost(b: int) -> float:
     return (2 + b) / 2.0 if b >= 0 else 2.0 / (2 - b)
 
 
-def _speed_feature(spe: float, other: float) -> float:
-    if spe <= 0 or other <= 0:
-        return 0.0
-    return max(-1.0, min(1.0, math.log2(spe / other) / 2.0))
-
-
 _BRN = Status.BRN
 _PAR = Status.PAR
 
 
-def _active_speed(mon, stats: list) -> float:
+def _active_log_speed(mon, stats: list) -> float:
+    """log2 of the active Pokémon's speed with its boost and paralysis."""
     spe = stats[5] * _boost(mon.boosts.get("spe", 0))
-    return spe * 0.5 if mon.status is _PAR else spe
+    return math.log2(max(spe * 0.5 if mon.status is _PAR else spe, 1.0))
+
+
+def _encode_side(out: np.ndarray, w, offset: int, team, active, other_types: tuple,
+                 log_spe: float, other_log_spe: Optional[float]) -> int:
+    """Write a side's (up to) six Pokémon blocks, with matchups against the other side's
+    active Pokémon when both actives are known (``other_log_spe`` not None); return the
+    number fainted."""
+    n_fainted = 0
+    for i, mon in enumerate(team):
+        if i == 6:
+            break
+        base = offset + i * POKE_DIM
+        fainted, types, stats = _encode_pokemon(out, w, base, mon)
+        n_fainted += fainted
+        if other_log_spe is not None:
+            off, dfn = _matchup(types, other_types)
+            w[base + P_MATCH_OFF] = off
+            w[base + P_MATCH_DEF] = dfn
+            v = ((log_spe if mon is active else stats[6]) - other_log_spe) * 0.5
+            w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
+    return n_fainted
 
 
 def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
@@ -264,42 +287,27 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
         out = np.zeros(OBS_DIM, dtype=np.float32)
     else:
         out.fill(0.0)
+    # Scalar writes go through a memoryview (half the cost of numpy item assignment);
+    # block copies use numpy.
+    w = memoryview(out) if out.flags.c_contiguous else out
     active = battle.active_pokemon
     opp = battle.opponent_active_pokemon
+    # The two active Pokémon first: every block's matchup is against the other side's.
     own_types: tuple = ()
     opp_types: tuple = ()
     own_stats = opp_stats = None
-    own_alive = 0
-    own_rows = []
-    for i, mon in enumerate(battle.team.values()):
-        if i == 6:
-            break
-        fainted, types, stats = _encode_pokemon(out, OWN_TEAM + i * POKE_DIM, mon)
-        own_alive += not fainted
-        own_rows.append((OWN_TEAM + i * POKE_DIM, types, stats, mon is active))
-        if mon is active:
-            own_types, own_stats = types, stats
-    opp_fainted = 0
-    opp_rows = []
-    for i, mon in enumerate(battle.opponent_team.values()):
-        if i == 6:
-            break
-        fainted, types, stats = _encode_pokemon(out, OPP_TEAM + i * POKE_DIM, mon)
-        opp_fainted += fainted
-        opp_rows.append((OPP_TEAM + i * POKE_DIM, types, stats, mon is opp))
-        if mon is opp:
-            opp_types, opp_stats = types, stats
-
-    # Matchups: own Pokémon against the opponent's active one, and the other way round.
-    if own_stats is not None and opp_stats is not None:
-        own_spe = _active_speed(active, own_stats)
-        opp_spe = _active_speed(opp, opp_stats)
-        for rows, other_types, other_spe, mine in ((own_rows, opp_types, opp_spe, own_spe),
-                                                   (opp_rows, own_types, own_spe, opp_spe)):
-            for base, types, stats, is_active in rows:
-                out[base + P_MATCH_OFF] = _matchup(types, other_types)
-                out[base + P_MATCH_DEF] = _matchup(other_types, types)
-                out[base + P_MATCH_SPE] = _speed_feature(mine if is_active else stats[5], other_spe)
+    if active is not None:
+        _, own_types, own_stats = _poke_static(active)
+    if opp is not None:
+        _, opp_types, opp_stats = _poke_static(opp)
+    both = own_stats is not None and opp_stats is not None
+    own_lspe = _active_log_speed(active, own_stats) if both else 0.0
+    opp_lspe = _active_log_speed(opp, opp_stats) if both else 0.0
+    own_fainted = _encode_side(out, w, OWN_TEAM, battle.team.values(), active, opp_types,
+                               own_lspe, opp_lspe if both else None)
+    own_alive = min(len(battle.team), 6) - own_fainted
+    opp_fainted = _encode_side(out, w, OPP_TEAM, battle.opponent_team.values(), opp, own_types,
+                               opp_lspe, own_lspe if both else None)
 
     if active is not None:
         available = {m.id for m in battle.available_moves}
@@ -322,10 +330,10 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
             row, mtype, category, power, accuracy, max_pp = _move_static(move)
             out[base:base + MOVE_DIM] = row
             if move.id in available:
-                out[base + M_AVAILABLE] = 1.0
+                w[base + M_AVAILABLE] = 1.0
             if getattr(move, "_from_transform", False):
                 max_pp = move.max_pp  # transformed moves have at most 5 PP
-            out[base + M_PP] = move.current_pp / max_pp if max_pp else 0.0
+            w[base + M_PP] = move.current_pp / max_pp if max_pp else 0.0
             if mtype >= 0 and category != 2:
                 mult = 1.0
                 if opp_types:
@@ -333,32 +341,32 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
                     for t in opp_types:
                         mult *= eff[t]
                     if mult == 0.0:
-                        out[base + M_IMMUNE] = 1.0
+                        w[base + M_IMMUNE] = 1.0
                     else:
-                        out[base + M_EFFECT] = math.log2(mult) / 2.0
+                        w[base + M_EFFECT] = math.log2(mult) / 2.0
                 stab = mtype in own_types
                 if stab:
-                    out[base + M_STAB] = 1.0
+                    w[base + M_STAB] = 1.0
                 if damage and power > 0 and mult > 0.0:
                     d = (level_factor * power * attack[category] / defence[category]) / 50.0 + 2.0
                     d *= mult * accuracy * 0.925 * (1.5 if stab else 1.0)
                     if burned and category == 0:
                         d *= 0.5
                     frac = d / opp_hp
-                    out[base + M_DAMAGE] = min(frac, 2.0) / 2.0
+                    w[base + M_DAMAGE] = min(frac, 2.0) / 2.0
                     if frac >= 1.0:
-                        out[base + M_KO] = 1.0
+                        w[base + M_KO] = 1.0
             elif mtype >= 0 and mtype in own_types:
-                out[base + M_STAB] = 1.0
+                w[base + M_STAB] = 1.0
 
-    for w in battle.weather:
-        out[FIELD + F_WEATHER + _WEATHER_BY_ID[id(w)]] = 1.0
+    for weather in battle.weather:
+        w[FIELD + F_WEATHER + _WEATHER_BY_ID[id(weather)]] = 1.0
     for f in battle.fields:
-        out[FIELD + F_FIELDS + _FIELD_BY_ID[id(f)]] = 1.0
+        w[FIELD + F_FIELDS + _FIELD_BY_ID[id(f)]] = 1.0
     for c in battle.side_conditions:
-        out[FIELD + F_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
+        w[FIELD + F_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
     for c in battle.opponent_side_conditions:
-        out[FIELD + F_OPP_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
+        w[FIELD + F_OPP_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
     flags = FIELD + F_FLAGS
     force_switch = battle.force_switch
     out[flags:flags + N_FLAGS] = (
@@ -387,10 +395,12 @@ def action_mask(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
     if battle._wait:
         return out
     if not battle.trapped:
-        switchable = {p.base_species for p in battle.available_switches}
+        # poke-env fills available_switches with the team's own Pokémon objects: compare
+        # by identity (base_species is a pokedex lookup + regex per call).
+        switchable = {id(p) for p in battle.available_switches}
         if switchable:
             for i, mon in enumerate(battle.team.values()):
-                if mon.base_species in switchable:
+                if id(mon) in switchable:
                     out[i] = True
     available = battle.available_moves
     if battle.active_pokemon is not None and available:
