@@ -194,8 +194,10 @@ class Agent:
 
         c3 = time.thread_time()
         stats = self.stats
-        if self.live.get(key) is not live:
-            return NO_ORDER  # abandoned while we waited: nothing to send, nothing to record
+        if self.live.get(key) is not live or self.closing:
+            # Abandoned while we waited, or shutting down (the battle is being forfeited:
+            # an order now would only earn "[Invalid choice] There's nothing to choose").
+            return NO_ORDER
         if decision.action < 0 or not mask[decision.action]:
             stats.fallbacks += 1
             legal = np.flatnonzero(mask)
