@@ -17,7 +17,9 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import threading
 import time
+from multiprocessing.connection import wait as wait_connections
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
@@ -128,7 +130,45 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             send(("done", shard, None))
 
 
-def _worker_main(shard: int, cfg_dict: dict, out_q, in_q) -> None:
+class _PipeSender:
+    """Sends a worker's messages to the learner over the worker's *own* pipe, from a thread
+    (the event loop never blocks on a full pipe).
+
+    One pipe per worker, not one queue shared by all: a worker killed in the middle of a
+    write would otherwise die holding the shared queue's write lock and leave a partial
+    message in it, and every other worker and the learner would block forever. With its
+    own pipe, the learner reads what it sent completely, then gets EOF.
+    """
+
+    _CLOSE = object()
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="maple-shard-sender", daemon=True)
+        self.thread.start()
+
+    def __call__(self, msg) -> None:
+        self.q.put(msg)
+
+    def _run(self) -> None:
+        while True:
+            msg = self.q.get()
+            if msg is self._CLOSE:
+                return
+            try:
+                self.conn.send(msg)
+            except (OSError, ValueError):
+                return  # the learner is gone
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Flush what is queued (the last trajectories, "done"), then close."""
+        self.q.put(self._CLOSE)
+        self.thread.join(timeout)
+        self.conn.close()
+
+
+def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
     import torch
 
     from .cli import run_async
@@ -138,8 +178,12 @@ def _worker_main(shard: int, cfg_dict: dict, out_q, in_q) -> None:
     cfg = from_saved(cfg_dict)
     torch.set_num_threads(cfg.runner.torch_threads)
     parent = os.getppid()
-    run_async(run_shard(shard, cfg, out_q.put, lambda: asyncio.to_thread(in_q.get),
-                        alive=lambda: os.getppid() == parent))
+    send = _PipeSender(conn)
+    try:
+        run_async(run_shard(shard, cfg, send, lambda: asyncio.to_thread(in_q.get),
+                            alive=lambda: os.getppid() == parent))
+    finally:
+        send.close()
 
 
 # -- learner side ----------------------------------------------------------------------------
@@ -163,7 +207,9 @@ class ShardedTrainer(Trainer):
     def __init__(self, cfg: Config, device, resume: Optional[str] = None, quiet: bool = False):
         super().__init__(cfg, device, resume=resume, quiet=quiet)
         self.ctx = mp.get_context("spawn")
-        self.out_q = self.ctx.Queue()
+        # Read ends of the workers' pipes, a replaced worker's until its EOF (so what it
+        # sent before dying is still read). Only the polling thread removes entries.
+        self._readers: list = []
         self.shards: list[_Shard] = []
         self.checksums: dict[int, float] = {}
         self.worker_restarts = 0
@@ -180,9 +226,12 @@ class ShardedTrainer(Trainer):
     # -- transport hooks (local processes here; Ray actors in RayShardedTrainer) ----------
     def _spawn(self, i: int) -> tuple[Any, Any]:
         in_q = self.ctx.Queue()
-        proc = self.ctx.Process(target=_worker_main, args=(i, self._worker_cfg(i), self.out_q, in_q),
+        reader, writer = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=_worker_main, args=(i, self._worker_cfg(i), writer, in_q),
                                 name=f"maple-shard-{i}", daemon=True)
         proc.start()
+        writer.close()  # the worker holds the only write end: its death reads as EOF here
+        self._readers.append(reader)
         in_q.put(self._broadcast_msg(league=True))
         return proc, in_q
 
@@ -240,13 +289,18 @@ class ShardedTrainer(Trainer):
             self.shards[i].done = True
 
     def _drain(self, timeout: float) -> list:
-        msgs = []
-        try:
-            msgs.append(self.out_q.get(timeout=timeout))
-            while True:
-                msgs.append(self.out_q.get_nowait())
-        except queue.Empty:
-            pass
+        msgs: list = []
+        readers = list(self._readers)
+        if not readers:
+            time.sleep(timeout)
+            return msgs
+        for conn in wait_connections(readers, timeout):
+            try:
+                while conn.poll():
+                    msgs.append(conn.recv())
+            except (EOFError, OSError):  # the worker exited (or died): all it sent is read
+                conn.close()
+                self._readers.remove(conn)
         return msgs
 
     def _replace_dead_workers(self) -> None:
@@ -311,6 +365,16 @@ class ShardedTrainer(Trainer):
             self._handle(msg)
         for sh in self.shards:
             self._reap(sh)
+        self._close_readers()
+
+    def _close_readers(self) -> None:
+        """After the workers are gone: read what is left in their pipes, then close them."""
+        while self._readers:
+            for msg in self._drain(0):
+                self._handle(msg)
+            for conn in [c for c in self._readers if not c.poll()]:
+                conn.close()
+                self._readers.remove(conn)
 
     def shard_report(self, seconds: float) -> str:
         lines = ["[train] per shard:"]

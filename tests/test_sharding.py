@@ -69,3 +69,27 @@ async def test_ray_backend_two_actors(tmp_path):
     for sh in trainer.shards:
         v = sh.stats["version"]
         assert v >= 1 and sh.stats["checksum"] == pytest.approx(trainer.checksums[v], rel=0, abs=1e-9)
+
+
+def test_a_worker_dying_mid_message_blocks_nobody(tmp_path):
+    """A worker killed while writing leaves half a message in its own pipe: the learner
+    reads the other workers' messages, sees EOF on the dead one's pipe, and never hangs
+    (with one queue shared by all workers this deadlocked the whole run)."""
+    import concurrent.futures
+    import multiprocessing as mp
+    import struct
+
+    trainer = ShardedTrainer(_cfg(tmp_path), "cpu", quiet=True)
+    dead_r, dead_w = mp.Pipe(duplex=False)
+    live_r, live_w = mp.Pipe(duplex=False)
+    live_w.send(("stats", 1, {"battles": 3}))
+    os.write(dead_w.fileno(), struct.pack("!i", 1000) + b"x" * 10)  # header says 1000 bytes
+    dead_w.close()  # ... and the writer is gone
+    trainer._readers = [dead_r, live_r]
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        msgs = []
+        for _ in range(3):
+            msgs += ex.submit(trainer._drain, 0.5).result(timeout=10)
+    assert msgs == [("stats", 1, {"battles": 3})]
+    assert trainer._readers == [live_r] and dead_r.closed
+    live_w.close()
