@@ -11,9 +11,11 @@ warm-up, so ramp-up and the server's JIT warm-up are excluded):
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -267,25 +269,9 @@ def progress(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
-                    ceiling: Optional[Window] = None, repeats: int = 1) -> tuple[dict, Window]:
-    """Ceiling, runner (and learn) windows; with ``repeats > 1`` the pair is measured that
-    many times, interleaved, and the windows are pooled (the box's own drift between
-    phases then averages out); the per-round ratios are reported too."""
-    if repeats > 1:
-        rounds = []
-        for i in range(repeats):
-            progress(f"round {i + 1}/{repeats}")
-            s, c = await run_bench(cfg, device, seconds, warmup_s, learn, url)
-            rounds.append((s, c))
-        pooled_c = sum((c for _, c in rounds[1:]), rounds[0][1])
-        pooled_r = sum((s["_runner"] for s, _ in rounds[1:]), rounds[0][0]["_runner"])
-        pooled_l = None
-        if learn:
-            pooled_l = sum((s["_learn"] for s, _ in rounds[1:]), rounds[0][0]["_learn"])
-        out = summarise(pooled_c, pooled_r, pooled_l)
-        out["round_ratios"] = [s["ratio"] for s, _ in rounds]
-        return out, pooled_c
+async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
+                         ceiling: Optional[Window]) -> tuple[Window, Window, Optional[Window]]:
+    """One round: the ceiling (unless given), the runner and (``learn``) the runner learning."""
     if ceiling is None:
         progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
                  f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
@@ -298,9 +284,27 @@ async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, u
     if learn:
         progress("maple-async self-play with learning on")
         learn_w = await measure_runner(url, cfg, device, seconds, warmup_s, learn=True)
-    out = summarise(ceiling, runner, learn_w)
-    out["_runner"], out["_learn"] = runner, learn_w  # for pooling; dropped before output
-    return out, ceiling
+    return ceiling, runner, learn_w
+
+
+async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
+                    ceiling: Optional[Window] = None, repeats: int = 1) -> tuple[dict, Window]:
+    """Ceiling, runner (and learn) windows. With ``repeats > 1`` the rounds are measured
+    that many times, interleaved, each with its own ceiling (a given ``ceiling`` is not
+    reused), and the windows are pooled (the box's own drift between phases then averages
+    out); the per-round ratios are reported too."""
+    rounds = []
+    for i in range(repeats):
+        if repeats > 1:
+            progress(f"round {i + 1}/{repeats}")
+        rounds.append(await _measure_round(cfg, device, seconds, warmup_s, learn, url,
+                                           ceiling if repeats == 1 else None))
+    pooled = [functools.reduce(operator.add, ws) if ws[0] is not None else None
+              for ws in zip(*rounds)]
+    out = summarise(*pooled)
+    if repeats > 1:
+        out["round_ratios"] = [ratio(r.battles_per_s, c.battles_per_s) for c, r, _ in rounds]
+    return out, pooled[0]
 
 
 def check_finite_positive(summary: dict) -> list[str]:

@@ -262,10 +262,7 @@ async def _bench(cfg, args) -> int:
             config_mod.validate(c)
             summary, ceilings[c.runner.concurrency] = await bench.run_bench(
                 c, device, args.seconds, args.warmup, args.learn, url,
-                ceiling=ceilings.get(c.runner.concurrency) if args.repeats == 1 else None,
-                repeats=args.repeats)
-            summary.pop("_runner", None)
-            summary.pop("_learn", None)
+                ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats)
             summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
                            max_wait_ms=c.batcher.max_wait_ms, max_batch_size=c.batcher.max_batch_size)
             rows.append((over, summary))

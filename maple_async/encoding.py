@@ -225,16 +225,19 @@ def _encode_pokemon(out: np.ndarray, w, base: int, mon) -> tuple[bool, tuple, li
 _MATCH: dict[tuple, tuple[float, float]] = {}
 
 
+def _multiplier(att: int, dfn: tuple) -> float:
+    """Type effectiveness of attacking type ``att`` against defending types ``dfn``."""
+    eff = _EFF[att]
+    m = 1.0
+    for d in dfn:
+        m *= eff[d]
+    return m
+
+
 def _best_effectiveness(att: tuple, dfn: tuple) -> float:
     if not att or not dfn:
         return 0.0
-    best = 0.0
-    for a in att:
-        eff = _EFF[a]
-        m = 1.0
-        for d in dfn:
-            m *= eff[d]
-        best = max(best, m)
+    best = max(_multiplier(a, dfn) for a in att)
     return -1.5 if best == 0.0 else math.log2(best) / 2.0
 
 
@@ -334,19 +337,16 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
             if getattr(move, "_from_transform", False):
                 max_pp = move.max_pp  # transformed moves have at most 5 PP
             w[base + M_PP] = move.current_pp / max_pp if max_pp else 0.0
+            stab = mtype >= 0 and mtype in own_types
+            if stab:
+                w[base + M_STAB] = 1.0
             if mtype >= 0 and category != 2:
-                mult = 1.0
+                mult = _multiplier(mtype, opp_types)
                 if opp_types:
-                    eff = _EFF[mtype]
-                    for t in opp_types:
-                        mult *= eff[t]
                     if mult == 0.0:
                         w[base + M_IMMUNE] = 1.0
                     else:
                         w[base + M_EFFECT] = math.log2(mult) / 2.0
-                stab = mtype in own_types
-                if stab:
-                    w[base + M_STAB] = 1.0
                 if damage and power > 0 and mult > 0.0:
                     d = (level_factor * power * attack[category] / defence[category]) / 50.0 + 2.0
                     d *= mult * accuracy * 0.925 * (1.5 if stab else 1.0)
@@ -356,8 +356,6 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
                     w[base + M_DAMAGE] = min(frac, 2.0) / 2.0
                     if frac >= 1.0:
                         w[base + M_KO] = 1.0
-            elif mtype >= 0 and mtype in own_types:
-                w[base + M_STAB] = 1.0
 
     for weather in battle.weather:
         w[FIELD + F_WEATHER + _WEATHER_BY_ID[id(weather)]] = 1.0

@@ -369,12 +369,11 @@ class ShardedTrainer(Trainer):
 
     def _close_readers(self) -> None:
         """After the workers are gone: read what is left in their pipes, then close them."""
-        while self._readers:
-            for msg in self._drain(0):
-                self._handle(msg)
-            for conn in [c for c in self._readers if not c.poll()]:
-                conn.close()
-                self._readers.remove(conn)
+        for msg in self._drain(0):
+            self._handle(msg)
+        for conn in self._readers:
+            conn.close()
+        self._readers.clear()
 
     def shard_report(self, seconds: float) -> str:
         lines = ["[train] per shard:"]
