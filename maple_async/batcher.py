@@ -100,8 +100,13 @@ class InferenceBatcher:
         if self._closed:
             fut.set_exception(RuntimeError("batcher is closed"))
             return fut
-        self._pending.append(_Request(key, generation, obs, mask, fut, time.perf_counter()))
-        if self._wakeup is not None:
+        pending = self._pending
+        pending.append(_Request(key, generation, obs, mask, fut, time.perf_counter()))
+        # Wake the batcher only when a flush rule may have changed: a first request arms
+        # its timer; a full batch or every live side waiting flushes now. (Waking it for
+        # every request cost a timer and a task per decision.)
+        n = len(pending)
+        if self._wakeup is not None and (n == 1 or n >= self.max_batch_size or n >= self.live_count()):
             self._wakeup.set()
         return fut
 
@@ -161,10 +166,11 @@ class InferenceBatcher:
                 self._wakeup.clear()
                 if self._pending:
                     remaining = self._pending[0].arrived + self.max_wait_s - time.perf_counter()
+                    timer = asyncio.get_running_loop().call_later(max(remaining, 0.0), self._wakeup.set)
                     try:
-                        await asyncio.wait_for(self._wakeup.wait(), max(remaining, 0.0))
-                    except asyncio.TimeoutError:
-                        pass
+                        await self._wakeup.wait()
+                    finally:
+                        timer.cancel()
                 else:
                     await self._wakeup.wait()
                 continue
@@ -211,6 +217,8 @@ class InferenceBatcher:
                     r.future.set_result(Decision(-1, 0.0, 0.0, version))
             return
         put = self.hidden.put
+        if self.hidden.hidden_dim:
+            new_hidden = np.asarray(new_hidden, dtype=np.float32)  # rows as numpy views
         for i, r in enumerate(batch):
             if self.hidden.hidden_dim:
                 put(r.key, r.generation, new_hidden[i])

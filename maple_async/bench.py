@@ -315,12 +315,17 @@ def check_finite_positive(summary: dict) -> list[str]:
 
 
 def sweep_table(rows: list[tuple[dict, dict]]) -> str:
-    head = f"{'concurrency':>11} {'max_wait_ms':>11} {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
-           f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}"
+    """One row per combination: the swept settings (every key that was swept), then the
+    figures."""
+    short = {"runner.concurrency": "concurrency", "batcher.max_wait_ms": "max_wait_ms"}
+    keys = list(dict.fromkeys(k for over, _ in rows for k in over)) or ["runner.concurrency"]
+    names = [short.get(k, k) for k in keys]
+    head = " ".join(f"{n:>11}" for n in names) + f" {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
+        f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}"
     out = [head]
     for over, s in rows:
-        out.append(f"{over.get('runner.concurrency', '-'):>11} {over.get('batcher.max_wait_ms', '-'):>11} "
-                   f"{s['ceiling_battles_per_s']:>11.2f} {s['runner_battles_per_s']:>9.2f} {s['ratio']:>6.2f} "
+        out.append(" ".join(f"{str(over.get(k, '-')):>{max(11, len(n))}}" for k, n in zip(keys, names))
+                   + f" {s['ceiling_battles_per_s']:>11.2f} {s['runner_battles_per_s']:>9.2f} {s['ratio']:>6.2f} "
                    f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} {s['p99_latency_ms']:>7.1f} "
                    f"{s['cpu_us_per_decision']:>11.0f}")
     return "\n".join(out)

@@ -70,3 +70,14 @@ def test_bench_json_has_every_key(showdown_url):
                 "mean_batch_size", "cpu_us_per_decision"):
         assert key in data, key
         assert math.isfinite(data[key]) and data[key] > 0, (key, data[key])
+
+
+def test_sweep_table_has_a_column_per_swept_key():
+    fig = {"ceiling_battles_per_s": 5.0, "runner_battles_per_s": 4.5, "ratio": 0.9, "decisions_per_s": 500.0,
+           "mean_batch_size": 30.0, "p99_latency_ms": 80.0, "cpu_us_per_decision": 200.0}
+    rows = [({"batcher.max_wait_ms": "2", "batcher.offload_min_batch": "16"}, fig),
+            ({"batcher.max_wait_ms": "2", "batcher.offload_min_batch": "999"}, fig)]
+    lines = bench.sweep_table(rows).splitlines()
+    assert lines[0].split()[:2] == ["max_wait_ms", "batcher.offload_min_batch"]
+    assert lines[1].split()[:2] == ["2", "16"] and lines[2].split()[:2] == ["2", "999"]
+    assert lines[1].split()[4] == "0.90"

@@ -106,3 +106,13 @@ def test_entity_head_scores_each_slot_with_one_shared_scorer():
     swapped = head(xs, y)
     assert torch.allclose(swapped[:, [8, 7, 6, 9]], out[:, 6:10], atol=1e-6)
     assert torch.allclose(swapped[:, [0, 4, 2, 3, 1, 5]], out[:, 0:6], atol=1e-6)
+
+
+def test_sample_categorical_follows_the_distribution_and_never_draws_masked():
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, -1.0, 2.0, 0.5, 0.0]])
+    mask = torch.tensor([[True, True, True, True, True, False]])
+    logp = torch.log_softmax(nets.masked_logits(logits, mask), dim=-1).expand(40000, -1)
+    counts = torch.bincount(nets.sample_categorical(logp), minlength=6).double() / 40000
+    assert counts[5] == 0
+    torch.testing.assert_close(counts, logp[0].exp().double(), atol=0.01, rtol=0)
