@@ -197,14 +197,15 @@ def _poke_static(mon) -> tuple[np.ndarray, tuple, list]:
     return row, types, stats
 
 
-def _encode_pokemon(out: np.ndarray, w, base: int, mon) -> tuple[bool, tuple, list]:
+def _encode_pokemon(out: np.ndarray, w, base: int, mon) -> tuple[bool, tuple, list, float]:
     """Write one Pokémon block (``w``: scalar writer over ``out``, see :func:`encode`);
-    return (fainted, type indices, stats)."""
+    return (fainted, type indices, stats, hp fraction)."""
     row, types, stats = _poke_static(mon)
     out[base:base + POKE_DIM] = row
-    w[base + P_HP] = float(mon.current_hp_fraction)
+    hp = float(mon.current_hp_fraction)
+    w[base + P_HP] = hp
     status = mon.status
-    fainted = status is _FNT or mon.fainted
+    fainted = status is _FNT  # what Pokemon.fainted tests
     if fainted:
         w[base + P_FAINTED] = 1.0
     elif status is not None:
@@ -217,7 +218,7 @@ def _encode_pokemon(out: np.ndarray, w, base: int, mon) -> tuple[bool, tuple, li
             b = boosts[name]
             if b:
                 w[base + P_BOOSTS + i] = b / 6.0
-    return fainted, types, stats
+    return fainted, types, stats, hp
 
 
 # (this Pokémon's best effectiveness against the other, the other's best against this one),
@@ -264,28 +265,36 @@ def _active_log_speed(mon, stats: list) -> float:
 
 
 def _encode_side(out: np.ndarray, w, offset: int, team, active, other_types: tuple,
-                 log_spe: float, other_log_spe: Optional[float]) -> int:
+                 log_spe: float, other_log_spe: Optional[float]) -> tuple[int, float]:
     """Write a side's (up to) six Pokémon blocks, with matchups against the other side's
     active Pokémon when both actives are known (``other_log_spe`` not None); return the
-    number fainted."""
+    number fainted and the sum of their HP fractions."""
     n_fainted = 0
+    hp_sum = 0.0
     for i, mon in enumerate(team):
         if i == 6:
             break
         base = offset + i * POKE_DIM
-        fainted, types, stats = _encode_pokemon(out, w, base, mon)
+        fainted, types, stats, hp = _encode_pokemon(out, w, base, mon)
         n_fainted += fainted
+        hp_sum += hp
         if other_log_spe is not None:
             off, dfn = _matchup(types, other_types)
             w[base + P_MATCH_OFF] = off
             w[base + P_MATCH_DEF] = dfn
             v = ((log_spe if mon is active else stats[6]) - other_log_spe) * 0.5
             w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
-    return n_fainted
+    return n_fainted, hp_sum
 
 
-def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
-    """Encode ``battle`` from its player's point of view into a float32 vector."""
+def encode(battle: Battle, out: np.ndarray | None = None,
+           side_state: Optional[list] = None) -> np.ndarray:
+    """Encode ``battle`` from its player's point of view into a float32 vector.
+
+    ``side_state``, when given, is filled with what the reward shaping reads (see
+    :func:`maple_async.rewards.side_state`), from the same attribute reads: own HP sum,
+    own fainted, opponent HP sum (unrevealed Pokémon at full HP), opponent fainted.
+    """
     if out is None:
         out = np.zeros(OBS_DIM, dtype=np.float32)
     else:
@@ -306,11 +315,15 @@ def encode(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
     both = own_stats is not None and opp_stats is not None
     own_lspe = _active_log_speed(active, own_stats) if both else 0.0
     opp_lspe = _active_log_speed(opp, opp_stats) if both else 0.0
-    own_fainted = _encode_side(out, w, OWN_TEAM, battle.team.values(), active, opp_types,
-                               own_lspe, opp_lspe if both else None)
-    own_alive = min(len(battle.team), 6) - own_fainted
-    opp_fainted = _encode_side(out, w, OPP_TEAM, battle.opponent_team.values(), opp, own_types,
-                               opp_lspe, own_lspe if both else None)
+    team, opp_team = battle.team, battle.opponent_team
+    own_fainted, own_hp = _encode_side(out, w, OWN_TEAM, team.values(), active, opp_types,
+                                       own_lspe, opp_lspe if both else None)
+    own_alive = min(len(team), 6) - own_fainted
+    opp_fainted, opp_hp = _encode_side(out, w, OPP_TEAM, opp_team.values(), opp, own_types,
+                                       opp_lspe, own_lspe if both else None)
+    if side_state is not None:
+        side_state[:] = (own_hp, own_fainted, opp_hp + max(max(len(team), 6) - len(opp_team), 0),
+                         opp_fainted)
 
     if active is not None:
         available = {m.id for m in battle.available_moves}

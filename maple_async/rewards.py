@@ -14,18 +14,21 @@ from .config import RewardConfig
 COMPONENTS = ("win", "hp", "faint", "turn")
 
 
-def _side_state(battle) -> tuple[float, int, float, int]:
+def side_state(battle) -> tuple[float, int, float, int]:
+    """(own HP fraction sum, own fainted, opponent HP fraction sum with unrevealed
+    Pokémon at full HP, opponent fainted) over the Pokémon the observation holds (six a
+    side). :func:`maple_async.encoding.encode` computes the same while encoding; this is
+    the stand-alone version."""
     own_hp = own_fainted = 0.0
-    for mon in battle.team.values():
+    for mon in list(battle.team.values())[:6]:
         own_hp += mon.current_hp_fraction
         own_fainted += mon.fainted
     opp_hp = 0.0
     opp_fainted = 0
-    seen = 0
-    for mon in battle.opponent_team.values():
+    for mon in list(battle.opponent_team.values())[:6]:
         opp_hp += mon.current_hp_fraction
         opp_fainted += mon.fainted
-        seen += 1
+    seen = len(battle.opponent_team)
     # Unrevealed opponents are at full HP.
     team_size = max(len(battle.team), 6)
     opp_hp += max(team_size - seen, 0)
@@ -38,15 +41,17 @@ class RewardTracker:
     totals: dict = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
     _last: tuple | None = None
 
-    def _shaped(self, battle) -> tuple[float, float]:
-        own_hp, own_f, opp_hp, opp_f = _side_state(battle)
+    @staticmethod
+    def _shaped(battle, state=None) -> tuple[float, float]:
+        own_hp, own_f, opp_hp, opp_f = state if state else side_state(battle)
         return own_hp - opp_hp, float(opp_f - own_f)
 
-    def step(self, battle) -> float:
-        """Reward earned since the previous call (0 on the first); call once per decision."""
+    def step(self, battle, state=None) -> float:
+        """Reward earned since the previous call (0 on the first); call once per decision.
+        ``state``: the battle's :func:`side_state` if already known (the encoder fills it)."""
         hp = faint = 0.0
         if self.cfg.hp or self.cfg.faint:
-            now = self._shaped(battle)
+            now = self._shaped(battle, state)
             if self._last is not None:
                 hp = self.cfg.hp * (now[0] - self._last[0])
                 faint = self.cfg.faint * (now[1] - self._last[1])

@@ -181,9 +181,10 @@ class Agent:
         if not mask.any():
             self.stats.fallbacks += 1
             return DefaultBattleOrder()
-        obs = enc.encode(battle)
+        state: list = []
+        obs = enc.encode(battle, side_state=state)
         c1 = time.thread_time()
-        reward = 0.0 if retry else live.rewards.step(battle)
+        reward = 0.0 if retry else live.rewards.step(battle, state)
         if live.traj is not None and len(live.traj) and not retry:
             live.traj.rewards[-1] += reward
         if self.hidden.hidden_dim:

@@ -163,3 +163,31 @@ def test_matchup_and_damage_features():
     foe._current_hp, foe._max_hp = 10, 100
     x = enc.encode(b)
     assert x[flame + enc.M_KO] == 1.0 and x[flame + enc.M_DAMAGE] == 1.0  # clipped at 2x HP
+
+
+def test_encoder_side_state_is_the_reward_side_state():
+    """The reward shaping reads HP and faints from the encoder's pass; it must be what
+    rewards.side_state computes on its own (unrevealed opponents at full HP)."""
+    import logging
+
+    from poke_env.battle import Battle, Pokemon
+    from poke_env.battle.status import Status
+
+    from maple_async.rewards import side_state
+    b = Battle("battle-gen9randombattle-3", "me", logging.getLogger("test"), gen=9)
+    b._player_role = "p1"
+    own = [Pokemon(gen=9, species=s) for s in ("charizard", "pikachu", "snorlax")]
+    foe = [Pokemon(gen=9, species=s) for s in ("venusaur", "gengar")]
+    own[0]._active = foe[0]._active = True
+    own[1]._current_hp, own[1]._max_hp = 30, 120
+    own[2]._current_hp, own[2]._status = 0, Status.FNT
+    foe[1]._current_hp, foe[1]._max_hp = 50, 100
+    b._team = {f"p1: {m.species}": m for m in own}
+    b._opponent_team = {f"p2: {m.species}": m for m in foe}
+    state: list = []
+    enc.encode(b, side_state=state)
+    assert state == pytest.approx(list(side_state(b)))
+    own_hp, own_fainted, opp_hp, opp_fainted = state
+    assert own_fainted == 1 and opp_fainted == 0
+    # 4 unrevealed opponents count at full HP
+    assert opp_hp == pytest.approx(foe[0].current_hp_fraction + 0.5 + 4)
