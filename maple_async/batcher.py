@@ -216,11 +216,11 @@ class InferenceBatcher:
                 if not r.future.done():
                     r.future.set_result(Decision(-1, 0.0, 0.0, version))
             return
-        put = self.hidden.put
-        if self.hidden.hidden_dim:
+        put = self.hidden.put if self.hidden.hidden_dim else None
+        if put is not None:
             new_hidden = np.asarray(new_hidden, dtype=np.float32)  # rows as numpy views
         for i, r in enumerate(batch):
-            if self.hidden.hidden_dim:
+            if put is not None:
                 put(r.key, r.generation, new_hidden[i])
             if not r.future.done():
                 r.future.set_result(Decision(int(actions[i]), float(logps[i]), float(values[i]), version))
