@@ -31,6 +31,7 @@ from .runner import (Agent, PolicyPlayer, Trajectory, close_players, forfeit_unf
                      make_baseline, player_kwargs, run_id, watchdog)
 
 log = logging.getLogger("maple_async.trainer")
+_WATCH_PERIOD_S = 2.0  # server health poll
 
 
 @dataclass
@@ -183,7 +184,7 @@ class Trainer:
         if not self.quiet:
             print(msg, flush=True)
 
-    async def _watch_server(self, server, period_s: float = 2.0) -> None:
+    async def _watch_server(self, server, period_s: float = _WATCH_PERIOD_S) -> None:
         """Flag a fault when the server process dies or stops answering twice in a row."""
         misses = 0
         while True:
@@ -299,7 +300,19 @@ class Trainer:
             self._wake.clear()
             if len(self._trajs) < cfg.train.battles_per_update:
                 if all(ln.task.done() for ln in lanes):
-                    self.request_stop("all lanes finished")
+                    failed = [ln.name for ln in lanes if not ln.task.cancelled() and ln.task.exception()]
+                    if failed:
+                        # A lane that died is not the end of the run. If the server died under
+                        # it, the server watcher flags the fault within seconds; otherwise it is
+                        # a bug: raise it (the finally block still saves a checkpoint).
+                        try:
+                            await asyncio.wait_for(self._fault.wait(), 3 * _WATCH_PERIOD_S)
+                        except asyncio.TimeoutError:
+                            lane = next(ln for ln in lanes if ln.name == failed[0])
+                            raise RuntimeError(f"lane {lane.name} failed with the server up") \
+                                from lane.task.exception()
+                    else:
+                        self.request_stop("all lanes finished")
                 continue
             batch, self._trajs = self._trajs, []
             summary = await self._update(batch, last, t_start, seconds_before)

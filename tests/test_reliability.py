@@ -43,20 +43,29 @@ def pid_alive(pid: int) -> bool:
 async def test_training_survives_server_kill(tmp_path):
     from maple_async.trainer import Trainer
 
-    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 64,
+    # total_battles far beyond what the test plays: the run must not reach its end (and stop
+    # without noticing the fault) in the seconds between the kill and the fault being seen.
+    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 10_000,
                                       "train.battles_per_update": 16})
     trainer = Trainer(cfg, "cpu", quiet=True)
     srv = ShowdownServer()
     await srv.start()
     handle = ServerHandle(srv.url, srv)
-    killed = {}
+    seen = {}
 
     async def killer():
         while trainer.learner.updates < 1:
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # battles in flight
-        killed["in_flight"] = len(trainer.agent.live)
+        seen["in_flight"] = len(trainer.agent.live)
         os.killpg(srv.pid, signal.SIGKILL)
+        while handle.restarts < 1:
+            await asyncio.sleep(0.2)
+        seen["battles_at_restart"] = trainer.counters["battles"]
+        # Training goes on after the restart: one more full update, then stop.
+        while trainer.counters["battles"] < seen["battles_at_restart"] + 16:
+            await asyncio.sleep(0.2)
+        trainer.request_stop("test: trained after the restart")
 
     k = asyncio.get_running_loop().create_task(killer())
     try:
@@ -64,12 +73,12 @@ async def test_training_survives_server_kill(tmp_path):
     finally:
         k.cancel()
         srv.stop()
-    assert killed["in_flight"] > 0
+    assert seen["in_flight"] > 0
     assert trainer.faults == 1 and handle.restarts == 1
-    assert trainer.counters["battles"] >= 64  # training went on after the restart
+    assert trainer.counters["battles"] >= seen["battles_at_restart"] + 16
     # Nothing finished was lost; nothing half-played was trained on.
     assert trainer.trained_trajectories == trainer.collected_trajectories
-    assert trainer.agent.stats.abandoned >= killed["in_flight"]
+    assert trainer.agent.stats.abandoned >= seen["in_flight"]
     assert len(trainer.agent.hidden) == 0 and len(trainer.agent.live) == 0
     assert (tmp_path / "run" / "latest.pt").exists()
 
