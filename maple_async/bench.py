@@ -149,8 +149,9 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     learner = Learner(net, cfg.ppo, device) if learn else None
     tag = run_id()
     fmt, conc = cfg.runner.battle_format, cfg.runner.concurrency
-    p1 = PolicyPlayer(agent, "self", **player_kwargs(url, f"bench{tag}a", conc, fmt))
-    p2 = PolicyPlayer(agent, "self", **player_kwargs(url, f"bench{tag}b", conc, fmt))
+    fast = cfg.runner.fast_battles
+    p1 = PolicyPlayer(agent, "self", fast, **player_kwargs(url, f"bench{tag}a", conc, fmt))
+    p2 = PolicyPlayer(agent, "self", fast, **player_kwargs(url, f"bench{tag}b", conc, fmt))
     agent.batcher.start()
     stop = asyncio.Event()
 

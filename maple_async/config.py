@@ -40,6 +40,8 @@ class RunnerConfig:
     device: str = "auto"  # auto | cpu | cuda | mps
     battle_timeout_s: float = 300.0  # a battle silent this long is abandoned
     torch_threads: int = 1  # CPU threads for torch; Showdown needs the other core(s)
+    # Our players' battles skip poke-env's redundant move lookups (same state; fastbattle.py).
+    fast_battles: bool = True
     seed: Optional[int] = None
 
 

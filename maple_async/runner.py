@@ -24,7 +24,9 @@ from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 
 from . import encoding as enc
 from .batcher import InferenceBatcher
+
 from .config import BatcherConfig, RewardConfig
+from .fastbattle import FastBattles
 from .hidden import HiddenStates
 from .rewards import RewardTracker
 
@@ -286,11 +288,14 @@ class _ServerErrorCounter(logging.Filter):
 SERVER_ERROR_LEVEL = 25
 
 
-class PolicyPlayer(Player):
-    """A poke-env Player whose decisions come from an :class:`Agent`'s batcher."""
+class PolicyPlayer(FastBattles, Player):
+    """A poke-env Player whose decisions come from an :class:`Agent`'s batcher. Its battles
+    parse requests faster than stock poke-env, to the same state (see :mod:`.fastbattle`)."""
 
-    def __init__(self, agent: Agent, opponent_name: str = "self", **kwargs):
+    def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.fast_battles = fast_battles
         quiet_logger(self)
         self.agent = agent
         self.opponent_name = opponent_name

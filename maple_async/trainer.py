@@ -53,11 +53,13 @@ def make_lanes(url: str, cfg: Config, mix: dict, agent: Agent,
         c = max(1, round(conc * share))
         # Enough battles never to run dry; the loop stops the lanes when done.
         n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
-        me = PolicyPlayer(agent, name, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
+        fast = cfg.runner.fast_battles
+        me = PolicyPlayer(agent, name, fast, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
         if name == "self":
-            opp = PolicyPlayer(agent, "self", **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
+            opp = PolicyPlayer(agent, "self", fast, **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
         elif name == "league":
-            opp = PolicyPlayer(league_agent, "learner", **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
+            opp = PolicyPlayer(league_agent, "learner", fast,
+                               **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
         else:
             opp = make_baseline(name, url, f"mpl{tag}{i}o", c, fmt)
         lanes.append(Lane(name, me, opp, n))

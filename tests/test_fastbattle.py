@@ -1,0 +1,128 @@
+"""FastBattle / FastPokemon reach exactly poke-env's state on recorded real battles.
+
+The fixture (tests/data/battles.json.gz, from scripts/record_battles.py) holds every battle
+message one player received in 6 random battles. Both players below run poke-env's own
+message handling on them; only the battle classes differ. After every message, every slot of
+the battle and of every Pokémon and move in it must be equal.
+"""
+
+import enum
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from poke_env.battle import Battle, Pokemon
+from poke_env.player import Player
+from poke_env.ps_client import AccountConfiguration
+
+from maple_async.fastbattle import FastBattle, FastBattles, FastPokemon, speed_up
+
+DATA = Path(__file__).parent / "data" / "battles.json.gz"
+
+
+class Replayer(Player):
+    """Handles battle messages as poke-env does, but never answers."""
+
+    def choose_move(self, battle):
+        raise AssertionError("not called")
+
+    async def _handle_battle_request(self, battle, *a, **kw):
+        pass
+
+
+class FastReplayer(FastBattles, Replayer):
+    pass
+
+
+def _slots(cls):
+    names = []
+    for c in cls.__mro__:
+        s = c.__dict__.get("__slots__", ())
+        names.extend([s] if isinstance(s, str) else s)
+    return names
+
+
+def state(x, seen=None):
+    """A comparable picture of poke-env objects: slots and attributes, recursively."""
+    seen = set() if seen is None else seen
+    if x is None or isinstance(x, (bool, int, float, str, enum.Enum)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return [state(v, seen) for v in x]
+    if isinstance(x, set):
+        return sorted(map(repr, x))
+    if isinstance(x, dict):
+        return {repr(k): state(v, seen) for k, v in x.items()}
+    if id(x) in seen:
+        return f"<seen {type(x).__mro__[-2].__name__}>"
+    seen.add(id(x))
+    names = [n for n in _slots(type(x)) if n not in ("__dict__", "__weakref__", "_logger")]
+    attrs = {n: getattr(x, n) for n in names if hasattr(x, n)}
+    attrs.update({k: v for k, v in getattr(x, "__dict__", {}).items() if k != "_logger"})
+    # The base class name: FastPokemon and Pokemon must compare equal.
+    base = next((c for c in type(x).__mro__ if c.__module__.startswith("poke_env")), type(x))
+    return {"class": base.__name__, **{k: state(v, seen) for k, v in attrs.items()}}
+
+
+def _player(cls, name):
+    p = cls(account_configuration=AccountConfiguration(name, None), battle_format="gen9randombattle",
+            start_listening=False, max_concurrent_battles=100)
+
+    async def send_nothing(*a, **kw):  # e.g. /leave after |win|
+        pass
+    p.ps_client.send_message = send_nothing
+    return p
+
+
+async def test_fast_battle_state_equals_poke_envs_on_recorded_battles():
+    data = json.load(gzip.open(DATA, "rt"))
+    stock, fast = _player(Replayer, data["username"]), _player(FastReplayer, data["username"])
+    requests = 0
+    for split_messages in data["records"]:
+        for p in (stock, fast):
+            await p._handle_battle_message([list(m) for m in split_messages])
+        tag = split_messages[0][0][1:]
+        a, b = stock.battles[tag], fast.battles[tag]
+        assert type(a) is Battle and type(b) is FastBattle
+        assert state(a) == state(b), split_messages
+        requests += any(len(m) > 1 and m[1] == "request" for m in split_messages)
+    assert len(fast.battles) == 6 and all(b.finished for b in fast.battles.values())
+    assert requests > 100
+    mons = [m for b in fast.battles.values() for m in (*b.team.values(), *b.opponent_team.values())]
+    assert mons and all(type(m) is FastPokemon for m in mons)
+
+
+def test_fast_pokemon_moves_follow_transform_and_mimic():
+    mon = Pokemon(gen=9, species="ditto")
+    mon.__class__ = FastPokemon
+    mon._add_move("transform")
+    target = Pokemon(gen=9, species="pikachu")
+    for m in ("thunderbolt", "quickattack"):
+        target._add_move(m)
+    assert list(mon.moves) == ["transform"]
+    mon._moves._transform_moves = target._moves  # what poke-env's transform does to the set
+    assert mon.moves is target.moves and set(mon.base_moves) == {"thunderbolt", "quickattack"}
+    # _add_move on a transformed Pokémon goes to the copied set, as in poke-env.
+    stock = Pokemon(gen=9, species="ditto")
+    stock._moves._transform_moves = target._moves
+    assert mon._add_move("thunderbolt") is stock._add_move("thunderbolt")
+
+
+def test_speed_up_leaves_other_battle_kinds_alone():
+    class Custom(Battle):
+        pass
+
+    b = Custom("battle-gen9randombattle-1", "me", None, gen=9)
+    assert speed_up(b) is b and type(b) is Custom
+    s = Battle("battle-gen9randombattle-2", "me", None, gen=9)
+    assert type(speed_up(s)) is FastBattle
+
+
+async def test_fast_battles_off_gives_stock_battles():
+    data = json.load(gzip.open(DATA, "rt"))
+    p = _player(FastReplayer, data["username"])
+    p.fast_battles = False
+    first = data["records"][0]
+    await p._handle_battle_message([list(m) for m in first])
+    assert [type(b) for b in p.battles.values()] == [Battle]
