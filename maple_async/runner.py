@@ -24,7 +24,6 @@ from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 
 from . import encoding as enc
 from .batcher import InferenceBatcher
-
 from .config import BatcherConfig, RewardConfig
 from .fastbattle import FastBattles
 from .hidden import HiddenStates

@@ -302,7 +302,7 @@ class Trainer:
             self._wake.clear()
             if len(self._trajs) < cfg.train.battles_per_update:
                 if all(ln.task.done() for ln in lanes):
-                    failed = [ln.name for ln in lanes if not ln.task.cancelled() and ln.task.exception()]
+                    failed = [ln for ln in lanes if not ln.task.cancelled() and ln.task.exception()]
                     if failed:
                         # A lane that died is not the end of the run. If the server died under
                         # it, the server watcher flags the fault within seconds; otherwise it is
@@ -310,9 +310,8 @@ class Trainer:
                         try:
                             await asyncio.wait_for(self._fault.wait(), 3 * _WATCH_PERIOD_S)
                         except asyncio.TimeoutError:
-                            lane = next(ln for ln in lanes if ln.name == failed[0])
-                            raise RuntimeError(f"lane {lane.name} failed with the server up") \
-                                from lane.task.exception()
+                            raise RuntimeError(f"lane {failed[0].name} failed with the server up") \
+                                from failed[0].task.exception()
                     else:
                         self.request_stop("all lanes finished")
                 continue
