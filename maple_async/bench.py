@@ -150,8 +150,8 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     tag = run_id()
     fmt, conc = cfg.runner.battle_format, cfg.runner.concurrency
     fast = cfg.runner.fast_battles
-    p1 = PolicyPlayer(agent, "self", fast, **player_kwargs(url, f"bench{tag}a", conc, fmt))
-    p2 = PolicyPlayer(agent, "self", fast, **player_kwargs(url, f"bench{tag}b", conc, fmt))
+    p1 = PolicyPlayer(agent, "self", fast_battles=fast, **player_kwargs(url, f"bench{tag}a", conc, fmt))
+    p2 = PolicyPlayer(agent, "self", fast_battles=fast, **player_kwargs(url, f"bench{tag}b", conc, fmt))
     agent.batcher.start()
     stop = asyncio.Event()
 

@@ -35,13 +35,6 @@ class FastPokemon(Pokemon):
             return ms._base_moves
         return ms.moves
 
-    @property
-    def base_moves(self) -> Dict[str, Move]:
-        ms = self._moves
-        if ms._transform_moves is None:
-            return ms._base_moves
-        return ms.base_moves
-
     def _add_move(self, move_id: str) -> Optional[Move]:
         id_ = _MOVE_IDS.get(move_id)
         if id_ is None:

@@ -54,11 +54,13 @@ def make_lanes(url: str, cfg: Config, mix: dict, agent: Agent,
         # Enough battles never to run dry; the loop stops the lanes when done.
         n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
         fast = cfg.runner.fast_battles
-        me = PolicyPlayer(agent, name, fast, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
+        me = PolicyPlayer(agent, name, fast_battles=fast,
+                          **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
         if name == "self":
-            opp = PolicyPlayer(agent, "self", fast, **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
+            opp = PolicyPlayer(agent, "self", fast_battles=fast,
+                               **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
         elif name == "league":
-            opp = PolicyPlayer(league_agent, "learner", fast,
+            opp = PolicyPlayer(league_agent, "learner", fast_battles=fast,
                                **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
         else:
             opp = make_baseline(name, url, f"mpl{tag}{i}o", c, fmt)
