@@ -26,7 +26,7 @@ import numpy as np
 from poke_env.player import RandomPlayer
 
 from .runner import (ForgetfulBaseline, Rates, close_players, forfeit_unfinished, player_kwargs,
-                     quiet_logger, run_id)
+                     quiet_logger, run_id, tune_gc)
 
 
 def percentile(values, q: float) -> float:
@@ -272,18 +272,23 @@ def progress(msg: str) -> None:
 
 async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
                          ceiling: Optional[Window]) -> tuple[Window, Window, Optional[Window]]:
-    """One round: the ceiling (unless given), the runner and (``learn``) the runner learning."""
+    """One round: the ceiling (unless given), the runner and (``learn``) the runner learning.
+    Every phase starts with the same garbage-collector setting (``runner.gc_young_threshold``):
+    the ceiling runs in this process too."""
     if ceiling is None:
+        tune_gc(cfg.runner.gc_young_threshold)
         progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
                  f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
         ceiling = await measure_ceiling(url, cfg.runner.concurrency, seconds, warmup_s,
                                         cfg.runner.battle_format)
     progress(f"maple-async self-play ({cfg.network.kind}, {device}, concurrency "
              f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}), same server")
+    tune_gc(cfg.runner.gc_young_threshold)
     runner = await measure_runner(url, cfg, device, seconds, warmup_s)
     learn_w = None
     if learn:
         progress("maple-async self-play with learning on")
+        tune_gc(cfg.runner.gc_young_threshold)
         learn_w = await measure_runner(url, cfg, device, seconds, warmup_s, learn=True)
     return ceiling, runner, learn_w
 

@@ -66,7 +66,9 @@ def setup_torch(cfg: config_mod.Config):
     import torch
 
     from .networks import resolve_device
+    from .runner import tune_gc
     torch.set_num_threads(cfg.runner.torch_threads)
+    tune_gc(cfg.runner.gc_young_threshold)
     if cfg.runner.seed is not None:
         import random
 

@@ -42,6 +42,10 @@ class RunnerConfig:
     torch_threads: int = 1  # CPU threads for torch; Showdown needs the other core(s)
     # Our players' battles skip poke-env's redundant move lookups (same state; fastbattle.py).
     fast_battles: bool = True
+    # Python's cyclic GC: objects alive at start-up (poke-env's data tables, torch) are frozen
+    # out of collections, and young objects are collected every this many allocations
+    # instead of 700 (0: Python's defaults). See runner.tune_gc.
+    gc_young_threshold: int = 20000
     seed: Optional[int] = None
 
 
@@ -156,6 +160,7 @@ _POSITIVE = (
     "server.start_timeout_s",
 )
 _NON_NEGATIVE = (
+    "runner.gc_young_threshold",
     "batcher.max_wait_ms",
     "server.port",
     "ppo.bptt_length",

@@ -38,6 +38,7 @@ is pending.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -125,6 +126,12 @@ _FNT = Status.FNT
 _MOVE_STATIC: dict[str, tuple] = {}
 
 
+# Move.id, Move.current_pp and whether the move came from Transform, in one C call (the
+# properties only return these slots; tests/test_encoding.py checks that).
+_MOVE_SLOTS = operator.attrgetter("_id", "_current_pp", "_from_transform")
+_MOVE_ID = operator.attrgetter("_id")
+
+
 def _move_static(move) -> tuple:
     """(row, type index, category index, base power, accuracy, max PP) for ``move``."""
     cached = _MOVE_STATIC.get(move.id)
@@ -146,12 +153,11 @@ def _move_static(move) -> tuple:
     return cached
 
 
-def _stats(mon, level: int) -> list:
-    """Stats (hp atk def spa spd spe): the request's when known (own team), otherwise
-    estimated from base stats and level with the EVs/IVs random battles use (84/31);
-    then log2 of the speed."""
-    known = mon.stats or {}
-    base = mon.base_stats
+def _stats(known, base, level: int) -> list:
+    """Stats (hp atk def spa spd spe): the request's (``known``) when there (own team),
+    otherwise estimated from base stats and level with the EVs/IVs random battles use
+    (84/31); then log2 of the speed."""
+    known = known or {}
     out = []
     for k in STATS:
         v = known.get(k)
@@ -163,6 +169,24 @@ def _stats(mon, level: int) -> list:
     return out
 
 
+# Every Pokémon attribute the encoder reads, in one C-level call: through poke-env's
+# properties (Python functions) that is ~15 calls per Pokémon, 12 Pokémon per decision.
+# What the properties would return is derived from these slots as they do (type_1, type_2,
+# base_stats, current_hp_fraction); tests/test_encoding.py checks the derivation against
+# the properties on every state of recorded real battles.
+_MON_SLOTS = operator.attrgetter(
+    "_type_1", "_type_2", "_temporary_types", "_terastallized", "_terastallized_type",
+    "_level", "_base_stats", "_temporary_base_stats", "_stats", "_current_hp", "_max_hp",
+    "_status", "_active", "_boosts")
+R_LEVEL, R_STATUS, R_ACTIVE, R_BOOSTS = 5, 11, 12, 13
+
+
+def _hp_fraction(r: tuple) -> float:
+    """``Pokemon.current_hp_fraction`` from the slots."""
+    hp = r[9]
+    return hp / (r[10] or 0) if hp else 0.0
+
+
 # The static part of a Pokémon block (present, types, tera type, terastallized, level,
 # stats), cached per Pokémon object together with the attributes it was built from,
 # compared by identity: a stale or reused entry is rebuilt, never used.
@@ -170,9 +194,20 @@ _POKE_STATIC: dict[int, tuple] = {}
 _POKE_STATIC_MAX = 20000
 
 
-def _poke_static(mon) -> tuple[np.ndarray, tuple, list]:
-    t1, t2, tera, tz, level = mon.type_1, mon.type_2, mon.tera_type, mon.is_terastallized, mon.level
-    base, known = mon.base_stats, mon.stats
+def _poke_static(mon, r: tuple) -> tuple[np.ndarray, tuple, list]:
+    """(static row, type indices, stats) of ``mon``, whose slots are ``r``."""
+    t1, t2, tmp, tz, tera, level, base, tbase, known = r[:9]
+    # Pokemon.type_1 / type_2 / base_stats
+    if tz and tera is not None:
+        t1 = tera
+    elif tmp:
+        t1 = tmp[0]
+    if tz or len(tmp) == 1:
+        t2 = None
+    elif tmp:
+        t2 = tmp[1]
+    if tbase is not None:
+        base = tbase
     atk = known.get("atk") if known else None
     c = _POKE_STATIC.get(id(mon))
     if (c is not None and c[0] is t1 and c[1] is t2 and c[2] is tera and c[3] is tz
@@ -188,37 +223,13 @@ def _poke_static(mon) -> tuple[np.ndarray, tuple, list]:
     if tz:
         row[P_TERASTALLIZED] = 1.0
     row[P_LEVEL] = level / 100.0
-    stats = _stats(mon, level)
+    stats = _stats(known, base, level)
     row[P_STATS:P_STATS + len(STATS)] = stats[:len(STATS)]
     row[P_STATS:P_STATS + len(STATS)] /= 400.0
     if len(_POKE_STATIC) >= _POKE_STATIC_MAX:
         _POKE_STATIC.clear()
     _POKE_STATIC[id(mon)] = (t1, t2, tera, tz, level, base, atk, row, types, stats)
     return row, types, stats
-
-
-def _encode_pokemon(out: np.ndarray, w, base: int, mon) -> tuple[bool, tuple, list, float]:
-    """Write one Pokémon block (``w``: scalar writer over ``out``, see :func:`encode`);
-    return (fainted, type indices, stats, hp fraction)."""
-    row, types, stats = _poke_static(mon)
-    out[base:base + POKE_DIM] = row
-    hp = float(mon.current_hp_fraction)
-    w[base + P_HP] = hp
-    status = mon.status
-    fainted = status is _FNT  # what Pokemon.fainted tests
-    if fainted:
-        w[base + P_FAINTED] = 1.0
-    elif status is not None:
-        w[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
-    if mon.active:
-        w[base + P_ACTIVE] = 1.0
-    boosts = mon.boosts
-    if any(boosts.values()):  # most Pokémon have none
-        for i, name in enumerate(BOOSTS):
-            b = boosts[name]
-            if b:
-                w[base + P_BOOSTS + i] = b / 6.0
-    return fainted, types, stats, hp
 
 
 # (this Pokémon's best effectiveness against the other, the other's best against this one),
@@ -258,33 +269,60 @@ _BRN = Status.BRN
 _PAR = Status.PAR
 
 
-def _active_log_speed(mon, stats: list) -> float:
-    """log2 of the active Pokémon's speed with its boost and paralysis."""
-    spe = stats[5] * _boost(mon.boosts.get("spe", 0))
-    return math.log2(max(spe * 0.5 if mon.status is _PAR else spe, 1.0))
+def _active_log_speed(r: tuple, stats: list) -> float:
+    """log2 of the active Pokémon's speed (slots ``r``) with its boost and paralysis."""
+    spe = stats[5] * _boost(r[R_BOOSTS].get("spe", 0))
+    return math.log2(max(spe * 0.5 if r[R_STATUS] is _PAR else spe, 1.0))
 
 
-def _encode_side(out: np.ndarray, w, offset: int, team, active, other_types: tuple,
-                 log_spe: float, other_log_spe: Optional[float]) -> tuple[int, float]:
-    """Write a side's (up to) six Pokémon blocks, with matchups against the other side's
-    active Pokémon when both actives are known (``other_log_spe`` not None); return the
-    number fainted and the sum of their HP fractions."""
+def _encode_side(out: np.ndarray, w, offset: int, mons: list, raws: list, active: int,
+                 other_types: tuple, log_spe: float,
+                 other_log_spe: Optional[float]) -> tuple[int, float]:
+    """Write a side's (up to) six Pokémon blocks (``raws``: their slots), with matchups
+    against the other side's active Pokémon when both actives are known (``other_log_spe``
+    not None); return the number fainted and the sum of their HP fractions."""
     n_fainted = 0
     hp_sum = 0.0
-    for i, mon in enumerate(team):
+    for i, r in enumerate(raws):
         if i == 6:
             break
         base = offset + i * POKE_DIM
-        fainted, types, stats, hp = _encode_pokemon(out, w, base, mon)
-        n_fainted += fainted
-        hp_sum += hp
+        row, types, stats = _poke_static(mons[i], r)
+        out[base:base + POKE_DIM] = row
+        hp = r[9]
+        if hp:
+            hp = hp / (r[10] or 0)
+            w[base + P_HP] = hp
+            hp_sum += hp
+        status = r[R_STATUS]
+        if status is _FNT:  # what Pokemon.fainted tests
+            w[base + P_FAINTED] = 1.0
+            n_fainted += 1
+        elif status is not None:
+            w[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
+        if r[R_ACTIVE]:
+            w[base + P_ACTIVE] = 1.0
+        boosts = r[R_BOOSTS]
+        if any(boosts.values()):  # most Pokémon have none
+            for j, name in enumerate(BOOSTS):
+                b = boosts[name]
+                if b:
+                    w[base + P_BOOSTS + j] = b / 6.0
         if other_log_spe is not None:
             off, dfn = _matchup(types, other_types)
             w[base + P_MATCH_OFF] = off
             w[base + P_MATCH_DEF] = dfn
-            v = ((log_spe if mon is active else stats[6]) - other_log_spe) * 0.5
+            v = ((log_spe if i == active else stats[6]) - other_log_spe) * 0.5
             w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
     return n_fainted, hp_sum
+
+
+def _active_index(raws: list) -> int:
+    """Index of the active Pokémon (what Battle.active_pokemon returns), -1 for none."""
+    for i, r in enumerate(raws):
+        if r[R_ACTIVE]:
+            return i
+    return -1
 
 
 def encode(battle: Battle, out: np.ndarray | None = None,
@@ -302,54 +340,59 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     # Scalar writes go through a memoryview (half the cost of numpy item assignment);
     # block copies use numpy.
     w = memoryview(out) if out.flags.c_contiguous else out
-    active = battle.active_pokemon
-    opp = battle.opponent_active_pokemon
+    team, opp_team = battle.team, battle.opponent_team
+    mons, opp_mons = list(team.values()), list(opp_team.values())
+    raws, opp_raws = list(map(_MON_SLOTS, mons)), list(map(_MON_SLOTS, opp_mons))
+    ai, oi = _active_index(raws), _active_index(opp_raws)
+    active = mons[ai] if ai >= 0 else None
+    opp = opp_mons[oi] if oi >= 0 else None
     # The two active Pokémon first: every block's matchup is against the other side's.
     own_types: tuple = ()
     opp_types: tuple = ()
     own_stats = opp_stats = None
     if active is not None:
-        _, own_types, own_stats = _poke_static(active)
+        _, own_types, own_stats = _poke_static(active, raws[ai])
     if opp is not None:
-        _, opp_types, opp_stats = _poke_static(opp)
+        _, opp_types, opp_stats = _poke_static(opp, opp_raws[oi])
     both = own_stats is not None and opp_stats is not None
-    own_lspe = _active_log_speed(active, own_stats) if both else 0.0
-    opp_lspe = _active_log_speed(opp, opp_stats) if both else 0.0
-    team, opp_team = battle.team, battle.opponent_team
-    own_fainted, own_hp = _encode_side(out, w, OWN_TEAM, team.values(), active, opp_types,
+    own_lspe = _active_log_speed(raws[ai], own_stats) if both else 0.0
+    opp_lspe = _active_log_speed(opp_raws[oi], opp_stats) if both else 0.0
+    own_fainted, own_hp = _encode_side(out, w, OWN_TEAM, mons, raws, ai, opp_types,
                                        own_lspe, opp_lspe if both else None)
     own_alive = min(len(team), 6) - own_fainted
-    opp_fainted, opp_hp = _encode_side(out, w, OPP_TEAM, opp_team.values(), opp, own_types,
+    opp_fainted, opp_hp = _encode_side(out, w, OPP_TEAM, opp_mons, opp_raws, oi, own_types,
                                        opp_lspe, own_lspe if both else None)
     if side_state is not None:
         side_state[:] = (own_hp, own_fainted, opp_hp + max(max(len(team), 6) - len(opp_team), 0),
                          opp_fainted)
 
     if active is not None:
-        available = {m.id for m in battle.available_moves}
+        available = set(map(_MOVE_ID, battle.available_moves))
         damage = own_stats is not None and opp_stats is not None
         if damage:
-            own_boosts, opp_boosts = active.boosts, opp.boosts
-            level = active.level
+            own_boosts, opp_boosts = raws[ai][R_BOOSTS], opp_raws[oi][R_BOOSTS]
+            level = raws[ai][R_LEVEL]
             attack = (own_stats[1] * _boost(own_boosts.get("atk", 0)),
                       own_stats[3] * _boost(own_boosts.get("spa", 0)))
             defence = (opp_stats[2] * _boost(opp_boosts.get("def", 0)),
                        opp_stats[4] * _boost(opp_boosts.get("spd", 0)))
-            burned = active.status is _BRN
+            burned = raws[ai][R_STATUS] is _BRN
             # Opponent's remaining HP in points (estimated max HP x fraction).
-            opp_hp = max(opp_stats[0] * (opp.current_hp_fraction or 1.0), 1.0)
+            opp_hp = max(opp_stats[0] * (_hp_fraction(opp_raws[oi]) or 1.0), 1.0)
             level_factor = 2.0 * level / 5.0 + 2.0
         for j, move in enumerate(active.moves.values()):
             if j == 4:
                 break
             base = MOVES + j * MOVE_DIM
-            row, mtype, category, power, accuracy, max_pp = _move_static(move)
+            move_id, pp, from_transform = _MOVE_SLOTS(move)
+            row, mtype, category, power, accuracy, max_pp = (_MOVE_STATIC.get(move_id)
+                                                             or _move_static(move))
             out[base:base + MOVE_DIM] = row
-            if move.id in available:
+            if move_id in available:
                 w[base + M_AVAILABLE] = 1.0
-            if getattr(move, "_from_transform", False):
+            if from_transform:
                 max_pp = move.max_pp  # transformed moves have at most 5 PP
-            w[base + M_PP] = move.current_pp / max_pp if max_pp else 0.0
+            w[base + M_PP] = pp / max_pp if max_pp else 0.0
             stab = mtype >= 0 and mtype in own_types
             if stab:
                 w[base + M_STAB] = 1.0

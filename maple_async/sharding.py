@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
 from .config import Config
+from .runner import tune_gc
 from .trainer import Trainer
 
 
@@ -177,6 +178,7 @@ def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when workers stop
     cfg = from_saved(cfg_dict)
     torch.set_num_threads(cfg.runner.torch_threads)
+    tune_gc(cfg.runner.gc_young_threshold)
     parent = os.getppid()
     send = _PipeSender(conn)
     try:
@@ -421,6 +423,7 @@ class _ShardActor:
         from .config import from_saved
         cfg = from_saved(self.cfg_dict)
         torch.set_num_threads(cfg.runner.torch_threads)
+        tune_gc(cfg.runner.gc_young_threshold)
         await run_shard(self.shard, cfg, self.outbox.append, self._q().get)
         return True
 

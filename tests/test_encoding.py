@@ -191,3 +191,57 @@ def test_encoder_side_state_is_the_reward_side_state():
     assert own_fainted == 1 and opp_fainted == 0
     # 4 unrevealed opponents count at full HP
     assert opp_hp == pytest.approx(foe[0].current_hp_fraction + 0.5 + 4)
+
+
+def _property_view(mon):
+    """What the encoder must read from a Pokémon, through poke-env's own properties."""
+    types = tuple(enc.TYPE_INDEX[t] for t in (mon.type_1, mon.type_2) if t in enc.TYPE_INDEX)
+    return (types, enc._stats(mon.stats, mon.base_stats, mon.level), float(mon.current_hp_fraction),
+            mon.status, mon.active, mon.boosts, mon.level)
+
+
+def _slot_view(mon):
+    """The same, from the encoder's one-call slot read."""
+    r = enc._MON_SLOTS(mon)
+    _, types, stats = enc._poke_static(mon, r)
+    return (types, stats, enc._hp_fraction(r), r[enc.R_STATUS], r[enc.R_ACTIVE], r[enc.R_BOOSTS], r[enc.R_LEVEL])
+
+
+async def test_slot_reads_are_poke_envs_properties_on_recorded_battles():
+    """The encoder reads Pokémon slots directly (one C call instead of ~15 property calls);
+    what it derives must be what poke-env's properties return, on every state of real
+    battles. Fails when a poke-env release changes what a property does."""
+    import gzip
+    import json
+
+    from test_fastbattle import DATA, Replayer, _player
+    data = json.load(gzip.open(DATA, "rt"))
+    p = _player(Replayer, data["username"])
+    checked = 0
+    for split_messages in data["records"]:
+        await p._handle_battle_message([list(m) for m in split_messages])
+        b = p.battles[split_messages[0][0][1:]]
+        for mon in (*b.team.values(), *b.opponent_team.values()):
+            assert _slot_view(mon) == _property_view(mon), mon
+            checked += 1
+            for move in mon.moves.values():
+                assert enc._MOVE_SLOTS(move) == (move.id, move.current_pp, move._from_transform)
+                assert enc._MOVE_ID(move) == move.id
+    assert checked > 10_000
+
+
+def test_slot_reads_follow_tera_and_temporary_types():
+    from poke_env.battle import Pokemon
+    T = enc.PokemonType
+    mon = Pokemon(gen=9, species="charizard")  # fire / flying
+    mon._temporary_types = [T.WATER]  # e.g. Soak
+    assert _slot_view(mon) == _property_view(mon) and _slot_view(mon)[0] == (enc.TYPE_INDEX[T.WATER],)
+    mon._temporary_types = [T.GRASS, T.STEEL]
+    assert _slot_view(mon) == _property_view(mon)
+    mon._temporary_types = []
+    mon.terastallize("electric")
+    assert _slot_view(mon) == _property_view(mon) and _slot_view(mon)[0] == (enc.TYPE_INDEX[T.ELECTRIC],)
+    mon._temporary_base_stats = {"hp": 1, "atk": 2, "def": 3, "spa": 4, "spd": 5, "spe": 6}
+    assert _slot_view(mon) == _property_view(mon)
+    mon._current_hp, mon._max_hp = 37, 150
+    assert _slot_view(mon) == _property_view(mon)

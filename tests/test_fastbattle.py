@@ -11,7 +11,6 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
 from poke_env.battle import Battle, Pokemon
 from poke_env.player import Player
 from poke_env.ps_client import AccountConfiguration
