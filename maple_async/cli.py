@@ -62,7 +62,8 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
     return config_mod.load(args.config, overrides)
 
 
-def setup_torch(cfg: config_mod.Config):
+def setup_process(cfg: config_mod.Config):
+    """torch threads, the GC setting and seeds for a battle process; returns the device."""
     import torch
 
     from .networks import resolve_device
@@ -139,7 +140,7 @@ async def _play(cfg, n_battles: int) -> int:
     from .runner import Agent, play
     from .server import server_for
 
-    device = setup_torch(cfg)
+    device = setup_process(cfg)
     net = nets.from_config(cfg.network)
     policy = nets.InferencePolicy(net, device)
     agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
@@ -191,7 +192,7 @@ async def _train(cfg, resume: Optional[str]) -> int:
     from .server import server_for
     from .trainer import Trainer
 
-    device = setup_torch(cfg)
+    device = setup_process(cfg)
     if cfg.train.shards > 1 or cfg.train.backend == "ray":
         from .sharding import RayShardedTrainer, ShardedTrainer
         cls = RayShardedTrainer if cfg.train.backend == "ray" else ShardedTrainer
@@ -223,7 +224,7 @@ async def _eval(cfg, args) -> int:
     from .server import server_for
     from .trainer import evaluate, policy_from_checkpoint
 
-    device = setup_torch(cfg)
+    device = setup_process(cfg)
     policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=args.greedy)
     async with server_for(cfg.server) as server:
         res = await evaluate(policy, server.url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
@@ -252,7 +253,7 @@ async def _bench(cfg, args) -> int:
     from . import bench
     from .server import server_for
 
-    device = setup_torch(cfg)
+    device = setup_process(cfg)
     combos = bench.parse_sweep(args.sweep) if args.sweep else [{}]
     rows, ceilings = [], {}
     async with server_for(cfg.server, quiet=True) as server:

@@ -289,9 +289,8 @@ def _encode_side(out: np.ndarray, w, offset: int, mons: list, raws: list, active
         base = offset + i * POKE_DIM
         row, types, stats = _poke_static(mons[i], r)
         out[base:base + POKE_DIM] = row
-        hp = r[9]
+        hp = _hp_fraction(r)
         if hp:
-            hp = hp / (r[10] or 0)
             w[base + P_HP] = hp
             hp_sum += hp
         status = r[R_STATUS]
