@@ -64,16 +64,14 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
 
 def setup_process(cfg: config_mod.Config):
     """torch threads, the GC setting and seeds for a battle process; returns the device."""
-    import torch
-
     from .networks import resolve_device
-    from .runner import tune_gc
-    torch.set_num_threads(cfg.runner.torch_threads)
-    tune_gc(cfg.runner.gc_young_threshold)
+    from .runner import setup_battle_process
+    setup_battle_process(cfg)
     if cfg.runner.seed is not None:
         import random
 
         import numpy as np
+        import torch
         torch.manual_seed(cfg.runner.seed)
         np.random.seed(cfg.runner.seed)
         random.seed(cfg.runner.seed)

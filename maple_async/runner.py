@@ -430,6 +430,13 @@ def tune_gc(young_threshold: int) -> None:
     gc.set_threshold(young_threshold, *_GC_DEFAULT_THRESHOLD[1:])
 
 
+def setup_battle_process(cfg) -> None:
+    """What every process that plays battles sets first: torch's CPU threads and the GC."""
+    import torch
+    torch.set_num_threads(cfg.runner.torch_threads)
+    tune_gc(cfg.runner.gc_young_threshold)
+
+
 class Rates:
     """battles/s and decisions/s from ``battles``, ``decisions`` and ``seconds``."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
 from .config import Config
-from .runner import tune_gc
+from .runner import setup_battle_process
 from .trainer import Trainer
 
 
@@ -170,15 +170,12 @@ class _PipeSender:
 
 
 def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
-    import torch
-
     from .cli import run_async
     from .config import from_saved
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when workers stop
     cfg = from_saved(cfg_dict)
-    torch.set_num_threads(cfg.runner.torch_threads)
-    tune_gc(cfg.runner.gc_young_threshold)
+    setup_battle_process(cfg)
     parent = os.getppid()
     send = _PipeSender(conn)
     try:
@@ -418,12 +415,9 @@ class _ShardActor:
         return out
 
     async def run(self) -> bool:
-        import torch
-
         from .config import from_saved
         cfg = from_saved(self.cfg_dict)
-        torch.set_num_threads(cfg.runner.torch_threads)
-        tune_gc(cfg.runner.gc_young_threshold)
+        setup_battle_process(cfg)
         await run_shard(self.shard, cfg, self.outbox.append, self._q().get)
         return True
 
