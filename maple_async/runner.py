@@ -142,13 +142,19 @@ class Agent:
         return (battle.battle_tag, battle.player_role or battle.player_username)
 
     async def choose(self, battle, opponent: str):
-        # Wall clock for latency and inactivity; this thread's CPU time for the cost split.
+        # Wall clock for latency and inactivity; this thread's CPU time for the cost split
+        # (each read of it is a system call, ~1 us on a VM: five per decision).
         t_start = time.perf_counter()
-        c_start = time.thread_time()
-        key = self.key(battle)
-        live = self.live.get(key)
         if self.closing:
             return NO_ORDER  # shutting down: the battle is being forfeited
+        # Observation and action mask first: they read only the battle.
+        c0 = time.thread_time()
+        state: list = []
+        mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+        obs = enc.encode(battle, side_state=state, mask=mask)
+        c1 = time.thread_time()
+        key = self.key(battle)
+        live = self.live.get(key)
         if live is None:
             gen = self.hidden.start(key)
             live = _Live(gen, RewardTracker(self.reward_cfg),
@@ -175,17 +181,11 @@ class Agent:
         else:
             live.tried = set()
             live.last_rqid = rqid
-
-        c0 = time.thread_time()
-        mask = enc.action_mask(battle)
         for a in live.tried:
             mask[a] = False
         if not mask.any():
             self.stats.fallbacks += 1
             return DefaultBattleOrder()
-        state: list = []
-        obs = enc.encode(battle, side_state=state)
-        c1 = time.thread_time()
         reward = 0.0 if retry else live.rewards.step(battle, state)
         if live.traj is not None and len(live.traj) and not retry:
             live.traj.rewards[-1] += reward
@@ -220,7 +220,7 @@ class Agent:
         stats.decisions += 1
         c4 = time.thread_time()
         stats.encode_s += c1 - c0
-        stats.bookkeeping_s += (c0 - c_start) + (c2 - c1) + (c4 - c3)
+        stats.bookkeeping_s += (c2 - c1) + (c4 - c3)
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return order

@@ -245,3 +245,54 @@ def test_slot_reads_follow_tera_and_temporary_types():
     assert _slot_view(mon) == _property_view(mon)
     mon._current_hp, mon._max_hp = 37, 150
     assert _slot_view(mon) == _property_view(mon)
+
+
+async def test_encoder_mask_is_action_mask_on_recorded_battles():
+    """The runner takes the action mask from ``encode(..., mask=)`` (same reads as the
+    observation); it must be :func:`action_mask`'s on every state of real battles, and the
+    observation must not change when a mask is asked for."""
+    import gzip
+    import json
+
+    from test_fastbattle import DATA, FastReplayer, Replayer, _player
+    data = json.load(gzip.open(DATA, "rt"))
+    seen = dict.fromkeys(("switch", "move", "tera", "forced switch", "none"), 0)
+    for cls in (Replayer, FastReplayer):
+        p = _player(cls, data["username"])
+        for split_messages in data["records"]:
+            await p._handle_battle_message([list(m) for m in split_messages])
+            b = p.battles[split_messages[0][0][1:]]
+            mask = np.ones(enc.N_ACTIONS, dtype=bool)  # stale content must be cleared
+            s1, s2 = [], []
+            obs = enc.encode(b, side_state=s1, mask=mask)
+            assert mask.tolist() == enc.action_mask(b).tolist(), split_messages
+            assert obs.tobytes() == enc.encode(b, side_state=s2).tobytes() and s1 == s2
+            seen["switch"] += bool(mask[:6].any())
+            seen["move"] += bool(mask[6:10].any())
+            seen["tera"] += bool(mask[22:].any())
+            seen["forced switch"] += bool(mask[:6].any() and not mask[6:].any())
+            seen["none"] += not mask.any()
+    assert all(n > 0 for n in seen.values()), seen
+
+
+@pytest.mark.parametrize("case", ["recharge", "struggle", "trapped", "wait", "tera"])
+def test_encoder_mask_on_special_requests(case):
+    from poke_env.battle import Move, Pokemon
+    b, own, foe = _real_battle()
+    bench = Pokemon(gen=9, species="pikachu")
+    b._team["p1: Pikachu"] = bench
+    own._active = foe._active = True
+    for m in ("flamethrower", "airslash", "roost", "dragonpulse"):
+        own._add_move(m)
+    b._available_moves = [Move("recharge" if case == "recharge" else "struggle", gen=9)] \
+        if case in ("recharge", "struggle") else [own.moves["flamethrower"], own.moves["roost"]]
+    b._available_switches = [bench]
+    b._trapped = case == "trapped"
+    b._wait = case == "wait"
+    b._can_tera = case in ("tera", "recharge")
+    mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+    enc.encode(b, mask=mask)
+    assert mask.tolist() == enc.action_mask(b).tolist()
+    expected = {"recharge": [1, 6, 22], "struggle": [1, 6], "trapped": [6, 8], "wait": [],
+                "tera": [1, 6, 8, 22, 24]}[case]
+    assert np.flatnonzero(mask).tolist() == expected
