@@ -313,6 +313,23 @@ async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, u
     return out, pooled[0]
 
 
+def problems(summary: dict) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about a summary's figures: a phase that made no decisions did
+    not run (its figures are not a measurement); one with no finished battle measured too
+    short a window for battles/s."""
+    errors, warnings = [], []
+    for key, name in (("ceiling_decisions_per_s", "the ceiling (RandomPlayer)"),
+                      ("decisions_per_s", "maple-async self-play")):
+        if not summary.get(key, 0) > 0:
+            errors.append(f"{name} made no decisions in its window: it failed to play "
+                          "(see the errors above)")
+    for key, name in (("ceiling_battles_per_s", "the ceiling"), ("runner_battles_per_s", "maple-async")):
+        if not summary.get(key, 0) > 0 and not errors:
+            warnings.append(f"no battle of {name} finished in the window: battles/s needs a "
+                            "longer --seconds")
+    return errors, warnings
+
+
 def check_finite_positive(summary: dict) -> list[str]:
     keys = ("ceiling_battles_per_s", "runner_battles_per_s", "ratio", "decisions_per_s",
             "mean_batch_size", "cpu_us_per_decision")

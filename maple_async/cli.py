@@ -277,7 +277,16 @@ async def _bench(cfg, args) -> int:
     elif args.json:
         Path(args.json).write_text(bench.to_json(result) + "\n")
         print(f"[bench] JSON written to {args.json}")
-    return 0
+    failed = False
+    for over, summary in rows:
+        where = " ".join(f"{k}={v}" for k, v in over.items())
+        errors, warnings = bench.problems(summary)
+        for text in warnings:
+            print(f"[bench] warning{' (' + where + ')' if where else ''}: {text}", file=sys.stderr)
+        for text in errors:
+            print(f"[bench] error{' (' + where + ')' if where else ''}: {text}", file=sys.stderr)
+        failed = failed or bool(errors)
+    return 1 if failed else 0
 
 
 def cmd_bench(args) -> int:

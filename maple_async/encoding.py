@@ -462,14 +462,30 @@ def _fill_mask(battle: Battle, mask: np.ndarray, mons: list, active, available_m
             mask[22:26] = mask[6:10]
 
 
+def _active_mon(team: dict):
+    """``Battle.active_pokemon`` (the same scan, reading the slot the property returns)."""
+    for mon in team.values():
+        if mon._active:
+            return mon
+    return None
+
+
 def _move_choices(battle: Battle) -> list:
     """The moves that move actions 6..9 refer to (poke-env's SinglesEnv convention)."""
-    active = battle.active_pokemon
+    active = _active_mon(battle.team)
     available = battle.available_moves
     known = list(active.moves.values())[:4] if active is not None else []
-    if len(available) == 1 and available[0].id not in {m.id for m in known}:
+    if len(available) == 1 and _MOVE_ID(available[0]) not in set(map(_MOVE_ID, known)):
         return available  # Struggle / recharge: a move the Pokémon does not "know"
     return known
+
+
+_NO_ACTION = bytes(N_ACTIONS)
+
+
+def any_legal(mask: np.ndarray) -> bool:
+    """``mask.any()`` for an action mask, at a twentieth of numpy's cost on 26 entries."""
+    return mask.tobytes() != _NO_ACTION
 
 
 def action_mask(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:

@@ -183,7 +183,7 @@ class Agent:
             live.last_rqid = rqid
         for a in live.tried:
             mask[a] = False
-        if not mask.any():
+        if not enc.any_legal(mask):
             self.stats.fallbacks += 1
             return DefaultBattleOrder()
         reward = 0.0 if retry else live.rewards.step(battle, state)

@@ -35,6 +35,20 @@ def test_summarise_ratios_and_per_decision_split():
     assert bench.check_finite_positive(s) == ["ratio"]
 
 
+def test_a_phase_that_made_no_decisions_is_an_error():
+    """A runner that fails on every decision must not print a ratio of 0 and exit 0."""
+    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0)
+    broken = bench.Window(seconds=10, battles=0, decisions=0, cpu_s=3.0)
+    errors, _ = bench.problems(bench.summarise(ceiling, broken))
+    assert len(errors) == 1 and errors[0].startswith("maple-async")
+    errors, _ = bench.problems(bench.summarise(broken, ceiling))
+    assert len(errors) == 1 and errors[0].startswith("the ceiling")
+    short = bench.Window(seconds=1, battles=0, decisions=300, cpu_s=0.3)
+    errors, warnings = bench.problems(bench.summarise(ceiling, short))
+    assert errors == [] and len(warnings) == 1 and "maple-async" in warnings[0]
+    assert bench.problems(bench.summarise(ceiling, ceiling)) == ([], [])
+
+
 def test_pooled_windows_are_one_long_window():
     """--repeats pools rounds: rates are totals over total time, not a mean of ratios."""
     a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4],

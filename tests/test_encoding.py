@@ -8,16 +8,20 @@ import pytest
 from maple_async import encoding as enc
 
 
+def move(move_id):
+    return NS(id=move_id, _id=move_id)  # the property and the slot it returns
+
+
 def mon(species, moves=(), active=False, fainted=False):
-    return NS(base_species=species, species=species, active=active, fainted=fainted,
-              moves={m: NS(id=m) for m in moves})
+    return NS(base_species=species, species=species, active=active, _active=active,
+              fainted=fainted, moves={m: move(m) for m in moves})
 
 
 def battle(team, active_moves=None, switches=(), trapped=False, can_tera=False, wait=False,
            available=None):
     team_d = {f"p1: {m.species}": m for m in team}
     active = next((m for m in team if m.active), None)
-    avail = [NS(id=m) for m in (available if available is not None else (active_moves or []))]
+    avail = [move(m) for m in (available if available is not None else (active_moves or []))]
     return NS(team=team_d, active_pokemon=active, available_moves=avail,
               available_switches=[m for m in team if m.species in switches],
               trapped=trapped, can_tera=can_tera, _wait=wait, last_request=None)
@@ -221,6 +225,8 @@ async def test_slot_reads_are_poke_envs_properties_on_recorded_battles():
     for split_messages in data["records"]:
         await p._handle_battle_message([list(m) for m in split_messages])
         b = p.battles[split_messages[0][0][1:]]
+        assert enc._active_mon(b.team) is b.active_pokemon
+        assert enc._active_mon(b.opponent_team) is b.opponent_active_pokemon
         for mon in (*b.team.values(), *b.opponent_team.values()):
             assert _slot_view(mon) == _property_view(mon), mon
             checked += 1
@@ -266,6 +272,7 @@ async def test_encoder_mask_is_action_mask_on_recorded_battles():
             s1, s2 = [], []
             obs = enc.encode(b, side_state=s1, mask=mask)
             assert mask.tolist() == enc.action_mask(b).tolist(), split_messages
+            assert enc.any_legal(mask) == mask.any()
             assert obs.tobytes() == enc.encode(b, side_state=s2).tobytes() and s1 == s2
             seen["switch"] += bool(mask[:6].any())
             seen["move"] += bool(mask[6:10].any())
