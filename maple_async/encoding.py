@@ -446,6 +446,8 @@ def _fill_mask(battle: Battle, mask: np.ndarray, mons: list, active, available_m
     if battle._wait:
         return
     if not battle.trapped:
+        # poke-env fills available_switches with the team's own Pokémon objects: compare
+        # by identity (base_species is a pokedex lookup + regex per call).
         switchable = {id(p) for p in battle.available_switches}
         if switchable:
             for i, mon in enumerate(mons):
@@ -489,33 +491,16 @@ def any_legal(mask: np.ndarray) -> bool:
 
 
 def action_mask(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask of legal actions (``N_ACTIONS``)."""
+    """Boolean mask of legal actions (``N_ACTIONS``). :func:`encode` fills the same mask
+    (``mask=``) from its own reads."""
     if out is None:
         out = np.zeros(N_ACTIONS, dtype=bool)
-    else:
-        out.fill(False)
-    if battle._wait:
-        return out
-    if not battle.trapped:
-        # poke-env fills available_switches with the team's own Pokémon objects: compare
-        # by identity (base_species is a pokedex lookup + regex per call).
-        switchable = {id(p) for p in battle.available_switches}
-        if switchable:
-            for i, mon in enumerate(battle.team.values()):
-                if id(mon) in switchable:
-                    out[i] = True
-    available = battle.available_moves
-    if battle.active_pokemon is not None and available:
-        avail_ids = {m.id for m in available}
-        moves = _move_choices(battle)
-        if moves is available:
-            out[6] = True
-        else:
-            for j, move in enumerate(moves):
-                if move.id in avail_ids:
-                    out[6 + j] = True
-        if battle.can_tera:
-            out[22:26] = out[6:10]
+    team = battle.team
+    active = _active_mon(team)
+    available_moves = battle.available_moves
+    known_ids = [_MOVE_ID(m) for m in list(active.moves.values())[:4]] if active is not None else []
+    _fill_mask(battle, out, list(team.values()), active, available_moves,
+               set(map(_MOVE_ID, available_moves)), known_ids)
     return out
 
 
