@@ -133,7 +133,8 @@ _MOVE_ID = operator.attrgetter("_id")
 
 
 def _move_static(move) -> tuple:
-    """(row as a memoryview, type index, category index, base power, accuracy, max PP) for ``move``."""
+    """(row as a memoryview, type index, category index, base power, accuracy, max PP)
+    for ``move``."""
     cached = _MOVE_STATIC.get(move.id)
     if cached is not None:
         return cached
@@ -339,8 +340,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         out = np.zeros(OBS_DIM, dtype=np.float32)
     else:
         out.fill(0.0)
-    # Scalar writes go through a memoryview (half the cost of numpy item assignment);
-    # block copies use numpy.
+    # Scalar writes and block copies go through a memoryview (a half and a third of the
+    # cost of numpy's item and slice assignment).
     w = memoryview(out) if out.flags.c_contiguous else out
     team, opp_team = battle.team, battle.opponent_team
     mons, opp_mons = list(team.values()), list(opp_team.values())
@@ -454,8 +455,8 @@ def _fill_mask(battle: Battle, mask: np.ndarray, mons: list, active, available_m
                 if id(mon) in switchable:
                     mask[i] = True
     if active is not None and available_moves:
-        if len(available_moves) == 1 and _MOVE_ID(available_moves[0]) not in known_ids:
-            mask[6] = True  # Struggle / recharge (see _move_choices)
+        if _only_unknown_move(available_moves, known_ids):
+            mask[6] = True
         else:
             for j, move_id in enumerate(known_ids):
                 if move_id in available:
@@ -472,13 +473,19 @@ def _active_mon(team: dict):
     return None
 
 
+def _only_unknown_move(available_moves: list, known_ids: list) -> bool:
+    """Struggle / recharge: the one available move is not one the Pokémon "knows"; move
+    action 6 then means that move (the mask and :func:`action_to_order` both ask here)."""
+    return len(available_moves) == 1 and _MOVE_ID(available_moves[0]) not in known_ids
+
+
 def _move_choices(battle: Battle) -> list:
     """The moves that move actions 6..9 refer to (poke-env's SinglesEnv convention)."""
     active = _active_mon(battle.team)
     available = battle.available_moves
     known = list(active.moves.values())[:4] if active is not None else []
-    if len(available) == 1 and _MOVE_ID(available[0]) not in set(map(_MOVE_ID, known)):
-        return available  # Struggle / recharge: a move the Pokémon does not "know"
+    if _only_unknown_move(available, list(map(_MOVE_ID, known))):
+        return available
     return known
 
 
