@@ -239,8 +239,21 @@ def validate(cfg: Config) -> Config:
             f"config key 'server.host' must be a loopback address for a managed server "
             f"(it runs with --no-security), got {cfg.server.host!r}"
         )
+    check_battle_format(cfg.runner.battle_format)
     parse_opponent_mix(cfg.train.opponents)
     return cfg
+
+
+def check_battle_format(fmt: str) -> None:
+    """The encoder and action space are gen9 singles (type chart, tera, 26 actions), and our
+    players bring no team: a doubles format would fail on every decision, a team format at
+    every challenge, an older generation would be encoded with the wrong rules."""
+    if not (fmt.startswith("gen9") and "random" in fmt and "doubles" not in fmt):
+        raise ConfigError(
+            f"config key 'runner.battle_format' must be a gen9 singles random-team format "
+            f"(e.g. gen9randombattle): the encoder is gen9 singles and players bring no "
+            f"team; got {fmt!r}"
+        )
 
 
 def get_key(cfg: Config, key: str) -> Any:

@@ -20,11 +20,19 @@ def test_defaults_validate():
     ({"network.kind": "gru"}, "'network.kind' must be one of"),
     ({"train.opponents": "self:1,wizard:2"}, "unknown opponent 'wizard'"),
     ({"server.host": "0.0.0.0"}, "loopback"),
+    ({"runner.battle_format": "gen9randomdoublesbattle"}, "'runner.battle_format' must be a gen9 singles"),
+    ({"runner.battle_format": "gen8randombattle"}, "'runner.battle_format' must be a gen9 singles"),
+    ({"runner.battle_format": "gen9ou"}, "'runner.battle_format' must be a gen9 singles"),
 ])
 def test_bad_values_name_the_key(overrides, needle):
     with pytest.raises(C.ConfigError, match=None) as e:
         C.load(None, overrides)
     assert needle in str(e.value)
+
+
+def test_gen9_singles_random_formats_validate():
+    for fmt in ("gen9randombattle", "gen9unratedrandombattle"):
+        assert C.load(None, {"runner.battle_format": fmt}).runner.battle_format == fmt
 
 
 def test_yaml_unknown_key_and_malformed(tmp_path):
