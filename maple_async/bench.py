@@ -313,10 +313,15 @@ async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, u
     return out, pooled[0]
 
 
+# Rounds whose ratios differ by more than this factor are reported (see problems()).
+ROUND_SPREAD_WARN = 1.2
+
+
 def problems(summary: dict) -> tuple[list[str], list[str]]:
     """(errors, warnings) about a summary's figures: a phase that made no decisions did
     not run (its figures are not a measurement); one with no finished battle measured too
-    short a window for battles/s."""
+    short a window for battles/s; rounds (``--repeats``) whose ratios disagree show that
+    the machine's speed moved during the run."""
     errors, warnings = [], []
     for key, name in (("ceiling_decisions_per_s", "the ceiling (RandomPlayer)"),
                       ("decisions_per_s", "maple-async self-play")):
@@ -327,6 +332,12 @@ def problems(summary: dict) -> tuple[list[str], list[str]]:
         if not summary.get(key, 0) > 0 and not errors:
             warnings.append(f"no battle of {name} finished in the window: battles/s needs a "
                             "longer --seconds")
+    rounds = [r for r in summary.get("round_ratios", ()) if r > 0]
+    if len(rounds) > 1 and max(rounds) > ROUND_SPREAD_WARN * min(rounds):
+        warnings.append(f"the rounds disagree (ratio {min(rounds):.3f} to {max(rounds):.3f}): "
+                        "the machine's speed changed during the run (other processes, or "
+                        "other tenants of a shared VM); the pooled figures average it out "
+                        "only over more --repeats or longer --seconds")
     return errors, warnings
 
 

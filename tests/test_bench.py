@@ -49,6 +49,16 @@ def test_a_phase_that_made_no_decisions_is_an_error():
     assert bench.problems(bench.summarise(ceiling, ceiling)) == ([], [])
 
 
+def test_rounds_that_disagree_are_a_warning():
+    w = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0)
+    s = bench.summarise(w, w)
+    s["round_ratios"] = [1.0, 1.15]
+    assert bench.problems(s) == ([], [])
+    s["round_ratios"] = [1.065, 1.424]
+    errors, warnings = bench.problems(s)
+    assert errors == [] and len(warnings) == 1 and "1.065 to 1.424" in warnings[0]
+
+
 def test_pooled_windows_are_one_long_window():
     """--repeats pools rounds: rates are totals over total time, not a mean of ratios."""
     a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4],
