@@ -34,7 +34,7 @@ class ServerConfig:
 
 @dataclass
 class RunnerConfig:
-    battle_format: str = "gen9randombattle"
+    battle_format: str = "gen9randombattle"  # gen9 singles random-team formats only (the encoder)
     concurrency: int = 64  # battles in flight per player
     opponent: str = "self"  # self | random | max_power | heuristics
     device: str = "auto"  # auto | cpu | cuda | mps
