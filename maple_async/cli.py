@@ -280,11 +280,11 @@ async def _bench(cfg, args) -> int:
     failed = False
     for over, summary in rows:
         where = " ".join(f"{k}={v}" for k, v in over.items())
+        where = f" ({where})" if where else ""
         errors, warnings = bench.problems(summary)
-        for text in warnings:
-            print(f"[bench] warning{' (' + where + ')' if where else ''}: {text}", file=sys.stderr)
-        for text in errors:
-            print(f"[bench] error{' (' + where + ')' if where else ''}: {text}", file=sys.stderr)
+        for kind, texts in (("warning", warnings), ("error", errors)):
+            for text in texts:
+                print(f"[bench] {kind}{where}: {text}", file=sys.stderr)
         failed = failed or bool(errors)
     return 1 if failed else 0
 

@@ -473,6 +473,11 @@ def _active_mon(team: dict):
     return None
 
 
+def _known_moves(active) -> list:
+    """The moves that move actions 6..9 name: the first four the active Pokémon knows."""
+    return list(active.moves.values())[:4] if active is not None else []
+
+
 def _only_unknown_move(available_moves: list, known_ids: list) -> bool:
     """Struggle / recharge: the one available move is not one the Pokémon "knows"; move
     action 6 then means that move (the mask and :func:`action_to_order` both ask here)."""
@@ -481,9 +486,8 @@ def _only_unknown_move(available_moves: list, known_ids: list) -> bool:
 
 def _move_choices(battle: Battle) -> list:
     """The moves that move actions 6..9 refer to (poke-env's SinglesEnv convention)."""
-    active = _active_mon(battle.team)
     available = battle.available_moves
-    known = list(active.moves.values())[:4] if active is not None else []
+    known = _known_moves(_active_mon(battle.team))
     if _only_unknown_move(available, list(map(_MOVE_ID, known))):
         return available
     return known
@@ -505,7 +509,7 @@ def action_mask(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
     team = battle.team
     active = _active_mon(team)
     available_moves = battle.available_moves
-    known_ids = [_MOVE_ID(m) for m in list(active.moves.values())[:4]] if active is not None else []
+    known_ids = list(map(_MOVE_ID, _known_moves(active)))
     _fill_mask(battle, out, list(team.values()), active, available_moves,
                set(map(_MOVE_ID, available_moves)), known_ids)
     return out
