@@ -49,6 +49,8 @@ from poke_env.battle.weather import Weather
 from poke_env.data import GenData
 from poke_env.player.battle_order import BattleOrder, DefaultBattleOrder, SingleBattleOrder
 
+from .fastbattle import ALL, take_changes
+
 N_ACTIONS = 26
 N_TYPES = 18
 _TYPES = [t for t in PokemonType if t not in (PokemonType.THREE_QUESTION_MARKS, PokemonType.STELLAR)]
@@ -277,45 +279,43 @@ def _active_log_speed(r: tuple, stats: list) -> float:
     return math.log2(max(spe * 0.5 if r[R_STATUS] is _PAR else spe, 1.0))
 
 
-def _encode_side(out: np.ndarray, w, offset: int, mons: list, raws: list, active: int,
-                 other_types: tuple, log_spe: float,
-                 other_log_spe: Optional[float]) -> tuple[int, float]:
-    """Write a side's (up to) six Pokémon blocks (``raws``: their slots), with matchups
-    against the other side's active Pokémon when both actives are known (``other_log_spe``
-    not None); return the number fainted and the sum of their HP fractions."""
-    n_fainted = 0
-    hp_sum = 0.0
-    for i, r in enumerate(raws):
-        if i == 6:
-            break
-        base = offset + i * POKE_DIM
-        row, types, stats = _poke_static(mons[i], r)
-        w[base:base + POKE_DIM] = row
-        hp = _hp_fraction(r)
-        if hp:
-            w[base + P_HP] = hp
-            hp_sum += hp
-        status = r[R_STATUS]
-        if status is _FNT:  # what Pokemon.fainted tests
-            w[base + P_FAINTED] = 1.0
-            n_fainted += 1
-        elif status is not None:
-            w[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
-        if r[R_ACTIVE]:
-            w[base + P_ACTIVE] = 1.0
-        boosts = r[R_BOOSTS]
-        if any(boosts.values()):  # most Pokémon have none
-            for j, name in enumerate(BOOSTS):
-                b = boosts[name]
-                if b:
-                    w[base + P_BOOSTS + j] = b / 6.0
-        if other_log_spe is not None:
-            off, dfn = _matchup(types, other_types)
-            w[base + P_MATCH_OFF] = off
-            w[base + P_MATCH_DEF] = dfn
-            v = ((log_spe if i == active else stats[6]) - other_log_spe) * 0.5
-            w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
-    return n_fainted, hp_sum
+def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple,
+                log_spe: float, other_log_spe: Optional[float]) -> tuple:
+    """Write one Pokémon block (``r``: its slots) at ``base``, with matchups against the
+    other side's active Pokémon when both actives are known (``other_log_spe`` not None);
+    return whether it is fainted, its HP fraction, its types and its log2 speed (unboosted)."""
+    row, types, stats = _poke_static(mon, r)
+    w[base:base + POKE_DIM] = row
+    hp = _hp_fraction(r)
+    if hp:
+        w[base + P_HP] = hp
+    status = r[R_STATUS]
+    fainted = status is _FNT  # what Pokemon.fainted tests
+    if fainted:
+        w[base + P_FAINTED] = 1.0
+    elif status is not None:
+        w[base + P_STATUS + _STATUS_BY_ID[id(status)]] = 1.0
+    if is_active:
+        w[base + P_ACTIVE] = 1.0
+    boosts = r[R_BOOSTS]
+    if any(boosts.values()):  # most Pokémon have none
+        for j, name in enumerate(BOOSTS):
+            b = boosts[name]
+            if b:
+                w[base + P_BOOSTS + j] = b / 6.0
+    if other_log_spe is not None:
+        _write_matchup(w, base, types, log_spe if is_active else stats[6], other_types,
+                       other_log_spe)
+    return fainted, hp, types, stats[6]
+
+
+def _write_matchup(w, base: int, types: tuple, log_spe: float, other_types: tuple,
+                   other_log_spe: float) -> None:
+    off, dfn = _matchup(types, other_types)
+    w[base + P_MATCH_OFF] = off
+    w[base + P_MATCH_DEF] = dfn
+    v = (log_spe - other_log_spe) * 0.5
+    w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
 
 
 def _active_index(raws: list) -> int:
@@ -326,26 +326,105 @@ def _active_index(raws: list) -> int:
     return -1
 
 
+class _Teams:
+    """Both team blocks of one battle as last encoded, with what they were built from.
+
+    A battle that tracks its changed Pokémon (:class:`~maple_async.fastbattle.FastBattle`)
+    keeps one between decisions (in its ``__dict__``) and the next encoding re-reads only
+    the Pokémon that changed; otherwise one is built from scratch per encoding. Per side
+    (0 own, 1 opponent), in team order: the Pokémon, their slots, and from their blocks:
+    fainted, HP fraction, types, log2 speed; ``match``: the other side's active Pokémon
+    (types, log2 speed) that the side's matchup columns were written against."""
+
+    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "types", "speeds",
+                 "match")
+
+    def __init__(self, battle: Battle):
+        self.buf = np.zeros(MOVES, dtype=np.float32)  # the two team blocks
+        self.w = memoryview(self.buf)
+        self.mons = ([], [])
+        self.raws = ([], [])
+        self.where: dict = {}
+        self.fainted = ([], [])
+        self.hp = ([], [])
+        self.types = ([], [])
+        self.speeds = ([], [])
+        self.match: list = [False, False]
+        self._add(0, list(battle.team.values()))
+        self._add(1, list(battle.opponent_team.values()))
+
+    def _add(self, s: int, mons: list) -> list:
+        """Append Pokémon to side ``s``; return the (side, index) of those with a block."""
+        n = len(self.mons[s])
+        for i, mon in enumerate(mons, start=n):
+            self.where[id(mon)] = (s, i)
+        self.mons[s].extend(mons)
+        self.raws[s].extend(map(_MON_SLOTS, mons))
+        for lst, v in ((self.fainted, False), (self.hp, 0.0), (self.types, ()),
+                       (self.speeds, 0.0)):
+            lst[s].extend([v] * len(mons))
+        return [(s, i) for i in range(n, min(n + len(mons), 6))]
+
+    def todo(self) -> list:
+        """Every (side, index) that has a block."""
+        return [(s, i) for s, mons in enumerate(self.mons) for i in range(min(len(mons), 6))]
+
+    def update(self, battle: Battle, changes: set) -> Optional[list]:
+        """Re-read the Pokémon in ``changes`` and return the (side, index) blocks to
+        rewrite, or None when the cache no longer fits the battle (a team is not the
+        cached one plus Pokémon added at its end, or a changed Pokémon is in neither)."""
+        todo = []
+        for s, team in enumerate((battle.team, battle.opponent_team)):
+            mons = self.mons[s]
+            n = len(mons)
+            if len(team) != n:
+                now = list(team.values())
+                if len(now) < n or any(a is not b for a, b in zip(now, mons)):
+                    return None
+                todo += self._add(s, now[n:])
+        where, raws, mons = self.where, self.raws, self.mons
+        for key in changes:
+            si = where.get(key)
+            if si is None:
+                return None
+            s, i = si
+            raws[s][i] = _MON_SLOTS(mons[s][i])
+            if i < 6 and si not in todo:
+                todo.append(si)
+        return todo
+
+
+_NO_MATCH = memoryview(np.zeros(3, dtype=np.float32))
+
+
 def encode(battle: Battle, out: np.ndarray | None = None,
-           side_state: Optional[list] = None, mask: Optional[np.ndarray] = None) -> np.ndarray:
+           side_state: Optional[list] = None, mask: Optional[np.ndarray] = None,
+           incremental: bool = True) -> np.ndarray:
     """Encode ``battle`` from its player's point of view into a float32 vector.
 
     ``side_state``, when given, is filled with what the reward shaping reads (see
     :func:`maple_async.rewards.side_state`), from the same attribute reads: own HP sum,
     own fainted, opponent HP sum (unrevealed Pokémon at full HP), opponent fainted.
     ``mask``, when given (bool, ``N_ACTIONS``), is filled as :func:`action_mask` fills it,
-    from the same reads.
+    from the same reads. With ``incremental`` (and a battle that tracks its changes), only
+    the Pokémon that changed since the battle's previous encoding are read again (the
+    result is the same); without, everything is read and the battle's cache is left alone.
     """
-    if out is None:
-        out = np.zeros(OBS_DIM, dtype=np.float32)
-    else:
-        out.fill(0.0)
-    # Scalar writes and block copies go through a memoryview (a half and a third of the
-    # cost of numpy's item and slice assignment).
-    w = memoryview(out) if out.flags.c_contiguous else out
-    team, opp_team = battle.team, battle.opponent_team
-    mons, opp_mons = list(team.values()), list(opp_team.values())
-    raws, opp_raws = list(map(_MON_SLOTS, mons)), list(map(_MON_SLOTS, opp_mons))
+    # The battle's cached team blocks, taken out until this encoding has finished (an
+    # exception leaves none: the next encoding reads everything).
+    changes = take_changes(battle) if incremental else None
+    state = battle.__dict__
+    teams = state.pop("_maple_teams", None) if changes is not None else None
+    todo = None
+    if teams is not None and ALL not in changes:
+        todo = teams.update(battle, changes)
+    fresh = todo is None
+    if fresh:
+        teams = _Teams(battle)
+        todo = teams.todo()
+    tw = teams.w
+    mons, opp_mons = teams.mons
+    raws, opp_raws = teams.raws
     ai, oi = _active_index(raws), _active_index(opp_raws)
     active = mons[ai] if ai >= 0 else None
     opp = opp_mons[oi] if oi >= 0 else None
@@ -360,13 +439,43 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     both = own_stats is not None and opp_stats is not None
     own_lspe = _active_log_speed(raws[ai], own_stats) if both else 0.0
     opp_lspe = _active_log_speed(opp_raws[oi], opp_stats) if both else 0.0
-    own_fainted, own_hp = _encode_side(out, w, OWN_TEAM, mons, raws, ai, opp_types,
-                                       own_lspe, opp_lspe if both else None)
+    sides = ((OWN_TEAM, mons, raws, ai, opp_types, own_lspe, opp_lspe if both else None),
+             (OPP_TEAM, opp_mons, opp_raws, oi, own_types, opp_lspe, own_lspe if both else None))
+    for s, (offset, side_mons, side_raws, act, other_types, lspe, other_lspe) in enumerate(sides):
+        match = (other_types, other_lspe)
+        if match != teams.match[s]:
+            teams.match[s] = match
+            if fresh:
+                continue  # every block is written below
+            # The other side's active Pokémon (or its speed) changed: every matchup here.
+            types, speeds = teams.types[s], teams.speeds[s]
+            for i in range(min(len(side_mons), 6)):
+                base = offset + i * POKE_DIM
+                if other_lspe is None:
+                    tw[base + P_MATCH_OFF:base + P_MATCH_SPE + 1] = _NO_MATCH
+                else:
+                    _write_matchup(tw, base, types[i], lspe if i == act else speeds[i],
+                                   other_types, other_lspe)
+    for s, i in todo:
+        offset, side_mons, side_raws, act, other_types, lspe, other_lspe = sides[s]
+        teams.fainted[s][i], teams.hp[s][i], teams.types[s][i], teams.speeds[s][i] = \
+            _encode_mon(tw, offset + i * POKE_DIM, side_mons[i], side_raws[i], i == act,
+                        other_types, lspe, other_lspe)
+    if out is None:
+        out = np.zeros(OBS_DIM, dtype=np.float32)
+    else:
+        out.fill(0.0)
+    # Scalar writes and block copies go through a memoryview (a half and a third of the
+    # cost of numpy's item and slice assignment).
+    w = memoryview(out) if out.flags.c_contiguous else out
+    w[:MOVES] = tw
+    team, opp_team = battle.team, battle.opponent_team
+    own_fainted = sum(teams.fainted[0])  # (only the first six are ever set)
+    opp_fainted = sum(teams.fainted[1])
     own_alive = min(len(team), 6) - own_fainted
-    opp_fainted, opp_hp = _encode_side(out, w, OPP_TEAM, opp_mons, opp_raws, oi, own_types,
-                                       opp_lspe, own_lspe if both else None)
     if side_state is not None:
-        side_state[:] = (own_hp, own_fainted, opp_hp + max(max(len(team), 6) - len(opp_team), 0),
+        side_state[:] = (sum(teams.hp[0]), own_fainted,
+                         sum(teams.hp[1]) + max(max(len(team), 6) - len(opp_team), 0),
                          opp_fainted)
 
     known_ids: list = []
@@ -436,6 +545,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         battle.trapped, battle.turn / 50.0, own_alive / 6.0, (6 - opp_fainted) / 6.0)
     if mask is not None:
         _fill_mask(battle, mask, mons, active, available_moves, available, known_ids)
+    if changes is not None:
+        state["_maple_teams"] = teams
     return out
 
 

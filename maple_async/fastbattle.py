@@ -14,6 +14,15 @@ Only the battles of our own :class:`~maple_async.runner.PolicyPlayer` (through t
 :class:`FastBattles` mixin) are converted, by ``__class__`` assignment (layout-compatible:
 the subclasses add no slots); the RandomPlayer ceiling that the bench measures against
 stays stock poke-env.
+
+A :class:`FastBattle` also records which of its Pokémon may have changed since the encoder
+last read them (:func:`take_changes`), so the encoder re-reads only those instead of all
+twelve: reading a Pokémon that no message touched since the last decision is mostly cache
+misses. Every message handler of poke-env that changes a Pokémon finds it through
+``get_pokemon``, except the ones named below (switch-out, end of turn, requests, and the
+messages that change a whole side), which mark what they change here; a message type not
+known to be handled that way marks everything. ``tests/test_encoding.py`` replays recorded
+battles and compares the encoding from changes with a full re-read after every request.
 """
 
 from __future__ import annotations
@@ -23,6 +32,26 @@ from typing import Dict, Optional
 from poke_env.battle import Battle, Move, Pokemon
 
 _MOVE_IDS: Dict[str, str] = {}  # raw move id -> Move.retrieve_id(raw id)
+
+# In a battle's set of changed Pokémon (ids of Pokémon objects): "anything may have changed".
+ALL = 0
+_CHANGES = "_maple_changes"  # attribute (in the battle's __dict__) holding that set
+
+# Message types whose handlers change Pokémon only through ``get_pokemon`` (or change none:
+# field, side conditions, battle metadata). ``switch``/``drag`` and ``turn`` are handled by
+# the ``switch`` and ``end_turn`` overrides below; anything else (``replace``,
+# ``-clearallboost``, ``-cureteam``, ``swap``, ``poke``, ``clearpoke``, unknown types) marks
+# every Pokémon as changed.
+_LOCAL_MESSAGES = frozenset(Battle.MESSAGES_TO_IGNORE) | {
+    "", "switch", "drag", "turn", "-damage", "move", "cant", "-heal", "-boost", "-unboost",
+    "-weather", "faint", "-ability", "-start", "-activate", "-status", "rule",
+    "-clearboost", "-clearnegativeboost", "-clearpositiveboost", "-copyboost",
+    "-curestatus", "-end", "-endability", "-enditem", "-fieldend", "-fieldstart",
+    "-formechange", "detailschange", "-invertboost", "-item", "-mega", "-mustrecharge",
+    "-prepare", "-primal", "-setboost", "-sethp", "-sideend", "-sidestart", "-singleturn",
+    "-singlemove", "-swapboost", "-transform", "-zpower", "gen", "tier", "inactive",
+    "player", "raw", "start", "teamsize", "message", "-message", "-immune",
+    "-swapsideconditions", "title", "-terastallize"}
 
 
 class FastPokemon(Pokemon):
@@ -48,12 +77,55 @@ class FastPokemon(Pokemon):
 class FastBattle(Battle):
     __slots__ = ()
 
+    def __init__(self, *args, **kwargs):
+        _track_changes(self)
+        super().__init__(*args, **kwargs)
+
     def get_pokemon(self, identifier: str, force_self_team: bool = False, details: str = "",
                     request=None) -> Pokemon:
         mon = Battle.get_pokemon(self, identifier, force_self_team, details, request)
         if mon.__class__ is Pokemon:
             mon.__class__ = FastPokemon
+        self._maple_changes.add(id(mon))
         return mon
+
+    def parse_message(self, split_message) -> None:
+        if len(split_message) < 2 or split_message[1] not in _LOCAL_MESSAGES:
+            self._maple_changes.add(ALL)
+        Battle.parse_message(self, split_message)
+
+    def switch(self, pokemon_str: str, details: str, hp_status: str) -> None:
+        self._mark_actives()  # the side's active Pokémon switches out
+        Battle.switch(self, pokemon_str, details, hp_status)
+
+    def end_turn(self, turn: int) -> None:
+        self._mark_actives()  # effects that end with the turn
+        Battle.end_turn(self, turn)
+
+    def _mark_actives(self) -> None:
+        changes = self._maple_changes
+        for mon in (self.active_pokemon, self.opponent_active_pokemon):
+            if mon is not None:
+                changes.add(id(mon))
+
+    def parse_request(self, request, strict_battle_tracking: bool = False) -> None:
+        # poke-env updates every own Pokémon from its request entry (not via get_pokemon).
+        # The update is a function of the entry: a Pokémon whose entry equals the previous
+        # request's, and that no message touched since, is left as it was.
+        entries = (request.get("side") or {}).get("pokemon") or []
+        previous = self.__dict__.get("_maple_entries")
+        changes = self._maple_changes
+        if previous is None or len(previous) != len(entries):
+            changes.add(ALL)
+        else:
+            team = self._team
+            for new, old in zip(entries, previous):
+                if new != old:
+                    for ident in (new.get("ident"), old.get("ident")):
+                        mon = team.get(ident)
+                        changes.add(ALL if mon is None else id(mon))
+        self._maple_entries = entries
+        Battle.parse_request(self, request, strict_battle_tracking)
 
 
 class FastBattles:
@@ -73,8 +145,25 @@ def speed_up(battle):
     battle kinds (doubles, subclasses) are returned unchanged."""
     if battle.__class__ is Battle:
         battle.__class__ = FastBattle
+        _track_changes(battle)
         for team in (battle._team, battle._opponent_team):
             for mon in team.values():
                 if mon.__class__ is Pokemon:
                     mon.__class__ = FastPokemon
     return battle
+
+
+def _track_changes(battle) -> None:
+    battle.__dict__[_CHANGES] = {ALL}
+    battle.__dict__["_maple_entries"] = None
+
+
+def take_changes(battle) -> Optional[set]:
+    """The ids of the Pokémon of ``battle`` that may have changed since the last call
+    (containing :data:`ALL` when any may have), and start a new set; ``None`` for a battle
+    that does not track changes (stock poke-env)."""
+    d = battle.__dict__
+    changes = d.get(_CHANGES)
+    if changes is not None:
+        d[_CHANGES] = set()
+    return changes

@@ -303,3 +303,61 @@ def test_encoder_mask_on_special_requests(case):
     expected = {"recharge": [1, 6, 22], "struggle": [1, 6], "trapped": [6, 8], "wait": [],
                 "tera": [1, 6, 8, 22, 24]}[case]
     assert np.flatnonzero(mask).tolist() == expected
+
+
+RECORDED = ["battles.json.gz", "rare_battles.json.gz"]  # the second: -transform, replace, ...
+
+
+@pytest.mark.parametrize("skip", [0.0, 0.6])
+@pytest.mark.parametrize("name", RECORDED)
+async def test_encoding_from_changes_equals_a_full_read_on_recorded_battles(name, skip, monkeypatch):
+    """A FastBattle's encoder re-reads only the Pokémon that messages and requests changed
+    since its previous encoding. At every decision point of real battles the result must be
+    byte-equal to reading everything, also when decision points are skipped (changes pile
+    up), and most blocks must really be kept (otherwise this test proves nothing)."""
+    import gzip
+    import json
+    import random
+
+    from test_fastbattle import DATA, FastReplayer, _player
+    data = json.load(gzip.open(DATA.parent / name, "rt"))
+    p = _player(FastReplayer, data["username"])
+    counts = {"rewritten": 0, "blocks": 0, "refits": 0}
+    update = enc._Teams.update
+
+    def counting_update(self, battle, changes):
+        todo = update(self, battle, changes)
+        counts["refits"] += todo is None
+        counts["rewritten"] += len(todo) if todo is not None else 0
+        counts["blocks"] += len(self.todo())
+        return todo
+    monkeypatch.setattr(enc._Teams, "update", counting_update)
+    rng = random.Random(0)
+    n = 0
+    for split_messages in data["records"]:
+        await p._handle_battle_message([list(m) for m in split_messages])
+        b = p.battles[split_messages[0][0][1:]]
+        if not any(m[1:2] == ["request"] for m in split_messages) or rng.random() < skip:
+            continue
+        s1, s2 = [], []
+        m1, m2 = np.zeros(enc.N_ACTIONS, dtype=bool), np.zeros(enc.N_ACTIONS, dtype=bool)
+        inc = enc.encode(b, side_state=s1, mask=m1)
+        full = enc.encode(b, side_state=s2, mask=m2, incremental=False)
+        assert inc.tobytes() == full.tobytes(), (np.flatnonzero(inc != full), split_messages)
+        assert s1 == s2 and m1.tolist() == m2.tolist()
+        n += 1
+    assert n > 100
+    assert counts["rewritten"] < 0.5 * counts["blocks"], counts
+    assert counts["refits"] < 0.2 * n, counts
+
+
+def test_stock_battles_are_read_in_full_every_time():
+    """A battle that does not track changes (stock poke-env) keeps no cache: a change made
+    behind poke-env's message handlers still shows."""
+    b, own, foe = _real_battle()
+    own._active = foe._active = True
+    own._current_hp, own._max_hp = 200, 200
+    assert enc.encode(b)[enc.OWN_TEAM + enc.P_HP] == 1.0
+    own._current_hp = 50
+    assert enc.encode(b)[enc.OWN_TEAM + enc.P_HP] == 0.25
+    assert "_maple_teams" not in b.__dict__

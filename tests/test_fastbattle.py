@@ -58,7 +58,9 @@ def state(x, seen=None):
     seen.add(id(x))
     names = [n for n in _slots(type(x)) if n not in ("__dict__", "__weakref__", "_logger")]
     attrs = {n: getattr(x, n) for n in names if hasattr(x, n)}
-    attrs.update({k: v for k, v in getattr(x, "__dict__", {}).items() if k != "_logger"})
+    # (maple-async's own bookkeeping on a FastBattle, "_maple_*", is not poke-env state)
+    attrs.update({k: v for k, v in getattr(x, "__dict__", {}).items()
+                  if k != "_logger" and not k.startswith("_maple_")})
     # The base class name: FastPokemon and Pokemon must compare equal.
     base = next((c for c in type(x).__mro__ if c.__module__.startswith("poke_env")), type(x))
     return {"class": base.__name__, **{k: state(v, seen) for k, v in attrs.items()}}
@@ -66,7 +68,7 @@ def state(x, seen=None):
 
 def _player(cls, name):
     p = cls(account_configuration=AccountConfiguration(name, None), battle_format="gen9randombattle",
-            start_listening=False, max_concurrent_battles=100)
+            start_listening=False, max_concurrent_battles=10_000)
 
     async def send_nothing(*a, **kw):  # e.g. /leave after |win|
         pass
@@ -125,3 +127,46 @@ async def test_fast_battles_off_gives_stock_battles():
     first = data["records"][0]
     await p._handle_battle_message([list(m) for m in first])
     assert [type(b) for b in p.battles.values()] == [Battle]
+
+
+def test_changes_are_marked_by_pokemon_handlers_switches_turns_and_unknown_messages():
+    from maple_async.fastbattle import ALL, take_changes
+    b = speed_up(Battle("battle-gen9randombattle-3", "me", None, gen=9))
+    b._player_role = "p1"
+    assert take_changes(b) == {ALL}  # a new battle: nothing has been read yet
+    b.parse_message(["", "switch", "p2a: Pikachu", "Pikachu, L84, M", "100/100"])
+    pika = b.opponent_team["p2: Pikachu"]
+    assert take_changes(b) == {id(pika)} and take_changes(b) == set()
+    b.parse_message(["", "-damage", "p2a: Pikachu", "50/100"])
+    b.parse_message(["", "-weather", "RainDance"])
+    assert take_changes(b) == {id(pika)}
+    b.parse_message(["", "switch", "p2a: Snorlax", "Snorlax, L84, M", "100/100"])
+    snorlax = b.opponent_team["p2: Snorlax"]
+    assert take_changes(b) == {id(pika), id(snorlax)}  # the one switched out too
+    b.parse_message(["", "turn", "2"])
+    assert take_changes(b) == {id(snorlax)}  # effects that end with the turn
+    b.parse_message(["", "-clearallboost"])
+    assert ALL in take_changes(b)  # changes Pokémon without naming them
+    assert take_changes(Battle("battle-gen9randombattle-4", "me", None, gen=9)) is None
+
+
+def test_requests_mark_the_pokemon_whose_entry_changed():
+    from maple_async.fastbattle import ALL, take_changes
+    b = speed_up(Battle("battle-gen9randombattle-5", "me", None, gen=9))
+
+    def entry(name, hp, active):
+        return {"ident": f"p1: {name}", "details": f"{name}, L84", "condition": f"{hp}/300",
+                "active": active, "stats": {"atk": 200, "def": 200, "spa": 200, "spd": 200,
+                                            "spe": 200}, "moves": ["tackle"],
+                "baseAbility": "static", "item": "leftovers", "pokeball": "pokeball",
+                "ability": "static", "teraType": "Normal", "terastallized": ""}
+
+    def request(pika_hp):
+        return {"rqid": 1, "side": {"name": "me", "id": "p1", "pokemon": [
+            entry("Pikachu", pika_hp, True), entry("Snorlax", 300, False)]}}
+    b.parse_request(request(300))
+    assert ALL in take_changes(b)  # the first request
+    b.parse_request(request(300))
+    assert take_changes(b) == set()
+    b.parse_request(request(150))
+    assert take_changes(b) == {id(b.team["p1: Pikachu"])}
