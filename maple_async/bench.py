@@ -50,6 +50,7 @@ class Window(Rates):
     cpu_s: float = 0.0  # process CPU time (all Python threads)
     batch_sizes: list = field(default_factory=list)
     latencies: list = field(default_factory=list)
+    timed: int = 0  # decisions whose encode / bookkeeping CPU was measured (a sample)
     encode_s: float = 0.0
     forward_s: float = 0.0
     bookkeeping_s: float = 0.0
@@ -58,12 +59,17 @@ class Window(Rates):
     def us_per_decision(self, seconds: float) -> float:
         return 1e6 * seconds / self.decisions if self.decisions else float("nan")
 
+    def us_per_timed(self, seconds: float) -> float:
+        """Per decision, for the times measured on the sampled decisions only."""
+        return 1e6 * seconds / self.timed if self.timed else float("nan")
+
     def __add__(self, other: "Window") -> "Window":
         """Two windows as one (counts and times summed, samples joined)."""
         total = self.seconds + other.seconds
         return Window(
             seconds=total, battles=self.battles + other.battles,
             decisions=self.decisions + other.decisions, cpu_s=self.cpu_s + other.cpu_s,
+            timed=self.timed + other.timed,
             batch_sizes=self.batch_sizes + other.batch_sizes,
             latencies=self.latencies + other.latencies,
             encode_s=self.encode_s + other.encode_s, forward_s=self.forward_s + other.forward_s,
@@ -171,7 +177,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
 
     def snap():
         return {"b": p1.results["won"] + p1.results["lost"] + p1.results["tied"], "d": st.decisions,
-                "nb": len(bs.batch_sizes), "nl": len(st.latencies), "enc": st.encode_s,
+                "nb": len(bs.batch_sizes), "nl": len(st.latencies), "t": st.timed, "enc": st.encode_s,
                 "fwd": bs.forward_s, "book": st.bookkeeping_s}
     try:
         s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
@@ -185,7 +191,8 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
         await agent.batcher.close()
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
                   cpu_s=s1["cpu"] - s0["cpu"], batch_sizes=bs.batch_sizes[s0["nb"]:s1["nb"]],
-                  latencies=st.latencies[s0["nl"]:s1["nl"]], encode_s=s1["enc"] - s0["enc"],
+                  latencies=st.latencies[s0["nl"]:s1["nl"]], timed=s1["t"] - s0["t"],
+                  encode_s=s1["enc"] - s0["enc"],
                   forward_s=s1["fwd"] - s0["fwd"], bookkeeping_s=s1["book"] - s0["book"],
                   in_flight=inflight)
 
@@ -205,10 +212,10 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -
         "p50_latency_ms": 1e3 * percentile(runner.latencies, 50),
         "p99_latency_ms": 1e3 * percentile(runner.latencies, 99),
         # encode + bookkeeping: the Python work maple-async adds per decision
-        "cpu_us_per_decision": runner.us_per_decision(runner.encode_s + runner.bookkeeping_s),
-        "encode_us_per_decision": runner.us_per_decision(runner.encode_s),
+        "cpu_us_per_decision": runner.us_per_timed(runner.encode_s + runner.bookkeeping_s),
+        "encode_us_per_decision": runner.us_per_timed(runner.encode_s),
         "forward_us_per_decision": runner.us_per_decision(runner.forward_s),
-        "bookkeeping_us_per_decision": runner.us_per_decision(runner.bookkeeping_s),
+        "bookkeeping_us_per_decision": runner.us_per_timed(runner.bookkeeping_s),
         "process_cpu_us_per_decision": runner.us_per_decision(runner.cpu_s),
         "ceiling_process_cpu_us_per_decision": ceiling.us_per_decision(ceiling.cpu_s),
         "window_s": runner.seconds,

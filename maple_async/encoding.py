@@ -342,16 +342,17 @@ class _Teams:
     def __init__(self, battle: Battle):
         self.buf = np.zeros(MOVES, dtype=np.float32)  # the two team blocks
         self.w = memoryview(self.buf)
-        self.mons = ([], [])
-        self.raws = ([], [])
-        self.where: dict = {}
-        self.fainted = ([], [])
-        self.hp = ([], [])
-        self.types = ([], [])
-        self.speeds = ([], [])
+        own, opp = list(battle.team.values()), list(battle.opponent_team.values())
+        self.mons = (own, opp)
+        self.raws = (list(map(_MON_SLOTS, own)), list(map(_MON_SLOTS, opp)))
+        self.where = {id(m): (0, i) for i, m in enumerate(own)}
+        self.where.update({id(m): (1, i) for i, m in enumerate(opp)})
+        n, k = len(own), len(opp)
+        self.fainted = ([False] * n, [False] * k)
+        self.hp = ([0.0] * n, [0.0] * k)
+        self.types = ([()] * n, [()] * k)
+        self.speeds = ([0.0] * n, [0.0] * k)
         self.match: list = [False, False]
-        self._add(0, list(battle.team.values()))
-        self._add(1, list(battle.opponent_team.values()))
 
     def _add(self, s: int, mons: list) -> list:
         """Append Pokémon to side ``s``; return the (side, index) of those with a block."""
@@ -399,14 +400,16 @@ _NO_MATCH = memoryview(np.zeros(3, dtype=np.float32))
 
 def encode(battle: Battle, out: np.ndarray | None = None,
            side_state: Optional[list] = None, mask: Optional[np.ndarray] = None,
-           incremental: bool = True) -> np.ndarray:
+           incremental: bool = True, moves: Optional[list] = None) -> np.ndarray:
     """Encode ``battle`` from its player's point of view into a float32 vector.
 
     ``side_state``, when given, is filled with what the reward shaping reads (see
     :func:`maple_async.rewards.side_state`), from the same attribute reads: own HP sum,
     own fainted, opponent HP sum (unrevealed Pokémon at full HP), opponent fainted.
     ``mask``, when given (bool, ``N_ACTIONS``), is filled as :func:`action_mask` fills it,
-    from the same reads. With ``incremental`` (and a battle that tracks its changes), only
+    from the same reads; ``moves``, when given, is filled with the moves that move actions
+    name (what :func:`action_to_order` needs, as it would find them). With ``incremental``
+    (and a battle that tracks its changes), only
     the Pokémon that changed since the battle's previous encoding are read again (the
     result is the same); without, everything is read and the battle's cache is left alone.
     """
@@ -479,6 +482,7 @@ def encode(battle: Battle, out: np.ndarray | None = None,
                          opp_fainted)
 
     known_ids: list = []
+    known: list = []
     available_moves = battle.available_moves
     available: set = set()
     if active is not None:
@@ -501,6 +505,7 @@ def encode(battle: Battle, out: np.ndarray | None = None,
             base = MOVES + j * MOVE_DIM
             move_id, pp, from_transform = _MOVE_SLOTS(move)
             known_ids.append(move_id)
+            known.append(move)
             row, mtype, category, power, accuracy, max_pp = (_MOVE_STATIC.get(move_id)
                                                              or _move_static(move))
             w[base:base + MOVE_DIM] = row
@@ -545,6 +550,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         battle.trapped, battle.turn / 50.0, own_alive / 6.0, (6 - opp_fainted) / 6.0)
     if mask is not None:
         _fill_mask(battle, mask, mons, active, available_moves, available, known_ids)
+    if moves is not None:
+        moves[:] = available_moves if _only_unknown_move(available_moves, known_ids) else known
     if changes is not None:
         state["_maple_teams"] = teams
     return out
@@ -652,11 +659,12 @@ def _switch_order(battle: Battle, action: int) -> BattleOrder:
     return SingleBattleOrder(mon)  # no request to read the slot from: poke-env's form
 
 
-def action_to_order(battle: Battle, action: int) -> BattleOrder:
-    """Translate an action index into a poke-env order (inverse of the mask's numbering)."""
+def action_to_order(battle: Battle, action: int, moves: Optional[list] = None) -> BattleOrder:
+    """Translate an action index into a poke-env order (inverse of the mask's numbering).
+    ``moves``: the move choices :func:`encode` filled for this state, if at hand."""
     if action < 0:
         return DefaultBattleOrder()
     if action < 6:
         return _switch_order(battle, action)
-    move = _move_choices(battle)[(action - 6) % 4]
+    move = (moves if moves is not None else _move_choices(battle))[(action - 6) % 4]
     return SingleBattleOrder(move, terastallize=22 <= action < 26)

@@ -19,7 +19,8 @@ def test_summarise_ratios_and_per_decision_split():
     ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0)
     runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=3.0,
                           batch_sizes=[10, 20, 30, 40], latencies=[0.001, 0.002, 0.003],
-                          encode_s=0.2, forward_s=0.4, bookkeeping_s=0.12, in_flight=60)
+                          timed=500, encode_s=0.025, forward_s=0.4, bookkeeping_s=0.015,
+                          in_flight=60)
     s = bench.summarise(ceiling, runner)
     assert s["ceiling_battles_per_s"] == 10 and s["runner_battles_per_s"] == 9
     assert s["ratio"] == pytest.approx(0.9)
@@ -28,7 +29,7 @@ def test_summarise_ratios_and_per_decision_split():
     assert s["encode_us_per_decision"] == pytest.approx(50)
     assert s["bookkeeping_us_per_decision"] == pytest.approx(30)
     assert s["cpu_us_per_decision"] == pytest.approx(80)
-    assert s["forward_us_per_decision"] == pytest.approx(100)
+    assert s["forward_us_per_decision"] == pytest.approx(100)  # forward: every decision
     assert s["p50_latency_ms"] == pytest.approx(2.0)
     assert bench.check_finite_positive(s) == []
     s["ratio"] = float("nan")
@@ -62,15 +63,16 @@ def test_rounds_that_disagree_are_a_warning():
 def test_pooled_windows_are_one_long_window():
     """--repeats pools rounds: rates are totals over total time, not a mean of ratios."""
     a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4],
-                     latencies=[0.01], encode_s=0.1, in_flight=60)
+                     latencies=[0.01], timed=125, encode_s=0.0125, in_flight=60)
     b = bench.Window(seconds=30, battles=150, decisions=2000, cpu_s=2.0, batch_sizes=[8, 12],
-                     latencies=[0.02], encode_s=0.2, in_flight=20)
+                     latencies=[0.02], timed=250, encode_s=0.025, in_flight=20)
     p = a + b
     assert p.seconds == 40 and p.battles == 250 and p.decisions == 3000
     assert p.battles_per_s == pytest.approx(6.25)
     assert p.batch_sizes == [4, 8, 12] and p.latencies == [0.01, 0.02]
     assert p.in_flight == pytest.approx(30)  # time-weighted
-    assert p.us_per_decision(p.encode_s) == pytest.approx(100)
+    assert p.timed == 375 and p.us_per_timed(p.encode_s) == pytest.approx(100)
+    assert p.us_per_decision(p.cpu_s) == pytest.approx(1000)
 
 
 def test_parse_sweep():

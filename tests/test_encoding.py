@@ -254,9 +254,10 @@ def test_slot_reads_follow_tera_and_temporary_types():
 
 
 async def test_encoder_mask_is_action_mask_on_recorded_battles():
-    """The runner takes the action mask from ``encode(..., mask=)`` (same reads as the
-    observation); it must be :func:`action_mask`'s on every state of real battles, and the
-    observation must not change when a mask is asked for."""
+    """The runner takes the action mask and the move choices from ``encode(..., mask=,
+    moves=)`` (same reads as the observation); they must be :func:`action_mask`'s and
+    :func:`action_to_order`'s own on every state of real battles, and the observation must
+    not change when they are asked for."""
     import gzip
     import json
 
@@ -269,9 +270,11 @@ async def test_encoder_mask_is_action_mask_on_recorded_battles():
             await p._handle_battle_message([list(m) for m in split_messages])
             b = p.battles[split_messages[0][0][1:]]
             mask = np.ones(enc.N_ACTIONS, dtype=bool)  # stale content must be cleared
-            s1, s2 = [], []
-            obs = enc.encode(b, side_state=s1, mask=mask)
+            s1, s2, moves = [], [], [None]
+            obs = enc.encode(b, side_state=s1, mask=mask, moves=moves)
             assert mask.tolist() == enc.action_mask(b).tolist(), split_messages
+            choices = enc._move_choices(b)
+            assert len(moves) == len(choices) and all(x is y for x, y in zip(moves, choices))
             assert enc.any_legal(mask) == mask.any()
             assert obs.tobytes() == enc.encode(b, side_state=s2).tobytes() and s1 == s2
             seen["switch"] += bool(mask[:6].any())
