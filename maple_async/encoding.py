@@ -49,7 +49,7 @@ from poke_env.battle.weather import Weather
 from poke_env.data import GenData
 from poke_env.player.battle_order import BattleOrder, DefaultBattleOrder, SingleBattleOrder
 
-from .fastbattle import ALL, take_changes
+from .fastbattle import ALL, party_slots, take_changes
 
 N_ACTIONS = 26
 N_TYPES = 18
@@ -283,7 +283,8 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple
                 log_spe: float, other_log_spe: Optional[float]) -> tuple:
     """Write one Pokémon block (``r``: its slots) at ``base``, with matchups against the
     other side's active Pokémon when both actives are known (``other_log_spe`` not None);
-    return whether it is fainted, its HP fraction, its types and its log2 speed (unboosted)."""
+    return whether it is fainted, its HP fraction, and (types, stats, log2 speed as the
+    active Pokémon) for later matchups."""
     row, types, stats = _poke_static(mon, r)
     w[base:base + POKE_DIM] = row
     hp = _hp_fraction(r)
@@ -306,7 +307,7 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple
     if other_log_spe is not None:
         _write_matchup(w, base, types, log_spe if is_active else stats[6], other_types,
                        other_log_spe)
-    return fainted, hp, types, stats[6]
+    return fainted, hp, (types, stats, _active_log_speed(r, stats))
 
 
 def _write_matchup(w, base: int, types: tuple, log_spe: float, other_types: tuple,
@@ -318,14 +319,6 @@ def _write_matchup(w, base: int, types: tuple, log_spe: float, other_types: tupl
     w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
 
 
-def _active_index(raws: list) -> int:
-    """Index of the active Pokémon (what Battle.active_pokemon returns), -1 for none."""
-    for i, r in enumerate(raws):
-        if r[R_ACTIVE]:
-            return i
-    return -1
-
-
 class _Teams:
     """Both team blocks of one battle as last encoded, with what they were built from.
 
@@ -333,10 +326,12 @@ class _Teams:
     keeps one between decisions (in its ``__dict__``) and the next encoding re-reads only
     the Pokémon that changed; otherwise one is built from scratch per encoding. Per side
     (0 own, 1 opponent), in team order: the Pokémon, their slots, and from their blocks:
-    fainted, HP fraction, types, log2 speed; ``match``: the other side's active Pokémon
-    (types, log2 speed) that the side's matchup columns were written against."""
+    fainted, HP fraction, (types, stats, log2 speed as the active Pokémon); ``active``: the
+    indices whose slots say active (the first one is the side's active Pokémon, as
+    ``Battle.active_pokemon`` finds it); ``match``: the other side's active Pokémon (types,
+    log2 speed) that the side's matchup columns were written against."""
 
-    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "types", "speeds",
+    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "static", "active",
                  "match")
 
     def __init__(self, battle: Battle):
@@ -350,8 +345,8 @@ class _Teams:
         n, k = len(own), len(opp)
         self.fainted = ([False] * n, [False] * k)
         self.hp = ([0.0] * n, [0.0] * k)
-        self.types = ([()] * n, [()] * k)
-        self.speeds = ([0.0] * n, [0.0] * k)
+        self.static = ([None] * n, [None] * k)
+        self.active = tuple({i for i, r in enumerate(raws) if r[R_ACTIVE]} for raws in self.raws)
         self.match: list = [False, False]
 
     def _add(self, s: int, mons: list) -> list:
@@ -360,9 +355,10 @@ class _Teams:
         for i, mon in enumerate(mons, start=n):
             self.where[id(mon)] = (s, i)
         self.mons[s].extend(mons)
-        self.raws[s].extend(map(_MON_SLOTS, mons))
-        for lst, v in ((self.fainted, False), (self.hp, 0.0), (self.types, ()),
-                       (self.speeds, 0.0)):
+        raws = list(map(_MON_SLOTS, mons))
+        self.raws[s].extend(raws)
+        self.active[s].update(i for i, r in enumerate(raws, start=n) if r[R_ACTIVE])
+        for lst, v in ((self.fainted, False), (self.hp, 0.0), (self.static, None)):
             lst[s].extend([v] * len(mons))
         return [(s, i) for i in range(n, min(n + len(mons), 6))]
 
@@ -383,13 +379,17 @@ class _Teams:
                 if len(now) < n or any(a is not b for a, b in zip(now, mons)):
                     return None
                 todo += self._add(s, now[n:])
-        where, raws, mons = self.where, self.raws, self.mons
+        where, raws, mons, active = self.where, self.raws, self.mons, self.active
         for key in changes:
             si = where.get(key)
             if si is None:
                 return None
             s, i = si
-            raws[s][i] = _MON_SLOTS(mons[s][i])
+            r = raws[s][i] = _MON_SLOTS(mons[s][i])
+            if r[R_ACTIVE]:
+                active[s].add(i)
+            else:
+                active[s].discard(i)
             if i < 6 and si not in todo:
                 todo.append(si)
         return todo
@@ -428,20 +428,28 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     tw = teams.w
     mons, opp_mons = teams.mons
     raws, opp_raws = teams.raws
-    ai, oi = _active_index(raws), _active_index(opp_raws)
+    act = teams.active
+    ai = min(act[0]) if act[0] else -1
+    oi = min(act[1]) if act[1] else -1
     active = mons[ai] if ai >= 0 else None
-    opp = opp_mons[oi] if oi >= 0 else None
     # The two active Pokémon first: every block's matchup is against the other side's.
-    own_types: tuple = ()
-    opp_types: tuple = ()
-    own_stats = opp_stats = None
+    # (types, stats, log2 speed) of each: kept from its block unless it changed.
+    own = opp = None
     if active is not None:
-        _, own_types, own_stats = _poke_static(active, raws[ai])
-    if opp is not None:
-        _, opp_types, opp_stats = _poke_static(opp, opp_raws[oi])
-    both = own_stats is not None and opp_stats is not None
-    own_lspe = _active_log_speed(raws[ai], own_stats) if both else 0.0
-    opp_lspe = _active_log_speed(opp_raws[oi], opp_stats) if both else 0.0
+        own = teams.static[0][ai] if (0, ai) not in todo else None
+        if own is None:
+            _, types, stats = _poke_static(active, raws[ai])
+            own = (types, stats, _active_log_speed(raws[ai], stats))
+    if oi >= 0:
+        opp = teams.static[1][oi] if (1, oi) not in todo else None
+        if opp is None:
+            _, types, stats = _poke_static(opp_mons[oi], opp_raws[oi])
+            opp = (types, stats, _active_log_speed(opp_raws[oi], stats))
+    own_types, own_stats, own_lspe = own if own is not None else ((), None, 0.0)
+    opp_types, opp_stats, opp_lspe = opp if opp is not None else ((), None, 0.0)
+    both = own is not None and opp is not None
+    if not both:
+        own_lspe = opp_lspe = 0.0
     sides = ((OWN_TEAM, mons, raws, ai, opp_types, own_lspe, opp_lspe if both else None),
              (OPP_TEAM, opp_mons, opp_raws, oi, own_types, opp_lspe, own_lspe if both else None))
     for s, (offset, side_mons, side_raws, act, other_types, lspe, other_lspe) in enumerate(sides):
@@ -451,19 +459,20 @@ def encode(battle: Battle, out: np.ndarray | None = None,
             if fresh:
                 continue  # every block is written below
             # The other side's active Pokémon (or its speed) changed: every matchup here.
-            types, speeds = teams.types[s], teams.speeds[s]
+            static = teams.static[s]
             for i in range(min(len(side_mons), 6)):
                 base = offset + i * POKE_DIM
                 if other_lspe is None:
                     tw[base + P_MATCH_OFF:base + P_MATCH_SPE + 1] = _NO_MATCH
-                else:
-                    _write_matchup(tw, base, types[i], lspe if i == act else speeds[i],
+                elif static[i] is not None:  # (None: rewritten below)
+                    types, stats, _ = static[i]
+                    _write_matchup(tw, base, types, lspe if i == act else stats[6],
                                    other_types, other_lspe)
     for s, i in todo:
         offset, side_mons, side_raws, act, other_types, lspe, other_lspe = sides[s]
-        teams.fainted[s][i], teams.hp[s][i], teams.types[s][i], teams.speeds[s][i] = \
-            _encode_mon(tw, offset + i * POKE_DIM, side_mons[i], side_raws[i], i == act,
-                        other_types, lspe, other_lspe)
+        teams.fainted[s][i], teams.hp[s][i], teams.static[s][i] = _encode_mon(
+            tw, offset + i * POKE_DIM, side_mons[i], side_raws[i], i == act, other_types,
+            lspe, other_lspe)
     if out is None:
         out = np.zeros(OBS_DIM, dtype=np.float32)
     else:
@@ -652,6 +661,9 @@ class SlotSwitchOrder(SingleBattleOrder):
 
 def _switch_order(battle: Battle, action: int) -> BattleOrder:
     ident, mon = list(battle.team.items())[action]
+    slots = party_slots(battle)
+    if slots is not None and ident in slots:
+        return SlotSwitchOrder(mon, slot=slots[ident])
     side = (battle.last_request or {}).get("side") or {}
     for slot, entry in enumerate(side.get("pokemon") or (), start=1):
         if entry.get("ident") == ident:

@@ -125,6 +125,10 @@ class FastBattle(Battle):
                         mon = team.get(ident)
                         changes.add(ALL if mon is None else id(mon))
         self._maple_entries = entries
+        # The party slot of each Pokémon, for switch orders (read here, while the request
+        # is in cache, instead of scanning it again when the order is sent).
+        self._maple_slots = {e.get("ident"): k  # (the first, if an ident came twice)
+                             for k, e in reversed(list(enumerate(entries, start=1)))}
         Battle.parse_request(self, request, strict_battle_tracking)
 
 
@@ -156,6 +160,7 @@ def speed_up(battle):
 def _track_changes(battle) -> None:
     battle.__dict__[_CHANGES] = {ALL}
     battle.__dict__["_maple_entries"] = None
+    battle.__dict__["_maple_slots"] = None
 
 
 def take_changes(battle) -> Optional[set]:
@@ -167,3 +172,9 @@ def take_changes(battle) -> Optional[set]:
     if changes is not None:
         d[_CHANGES] = set()
     return changes
+
+
+def party_slots(battle) -> Optional[dict]:
+    """Party slot (1-based, the last request's order) by Pokémon ident, as recorded by a
+    :class:`FastBattle` when it read the request; None otherwise."""
+    return battle.__dict__.get("_maple_slots")

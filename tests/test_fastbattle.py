@@ -15,6 +15,7 @@ from poke_env.battle import Battle, Pokemon
 from poke_env.player import Player
 from poke_env.ps_client import AccountConfiguration
 
+from maple_async.encoding import SlotSwitchOrder, action_to_order
 from maple_async.fastbattle import FastBattle, FastBattles, FastPokemon, speed_up
 
 DATA = Path(__file__).parent / "data" / "battles.json.gz"
@@ -79,7 +80,7 @@ def _player(cls, name):
 async def test_fast_battle_state_equals_poke_envs_on_recorded_battles():
     data = json.load(gzip.open(DATA, "rt"))
     stock, fast = _player(Replayer, data["username"]), _player(FastReplayer, data["username"])
-    requests = 0
+    requests = switches = 0
     for split_messages in data["records"]:
         for p in (stock, fast):
             await p._handle_battle_message([list(m) for m in split_messages])
@@ -87,9 +88,14 @@ async def test_fast_battle_state_equals_poke_envs_on_recorded_battles():
         a, b = stock.battles[tag], fast.battles[tag]
         assert type(a) is Battle and type(b) is FastBattle
         assert state(a) == state(b), split_messages
+        # Switch orders: the FastBattle's party slots (recorded while parsing the request)
+        # name the slot the stock battle finds by scanning its last request.
+        for i in range(len(a.team)):
+            assert action_to_order(a, i).message == action_to_order(b, i).message
+            switches += isinstance(action_to_order(b, i), SlotSwitchOrder)
         requests += any(len(m) > 1 and m[1] == "request" for m in split_messages)
     assert len(fast.battles) == 6 and all(b.finished for b in fast.battles.values())
-    assert requests > 100
+    assert requests > 100 and switches > 1000
     mons = [m for b in fast.battles.values() for m in (*b.team.values(), *b.opponent_team.values())]
     assert mons and all(type(m) is FastPokemon for m in mons)
 
