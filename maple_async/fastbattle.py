@@ -110,20 +110,27 @@ class FastBattle(Battle):
 
     def parse_request(self, request, strict_battle_tracking: bool = False) -> None:
         # poke-env updates every own Pokémon from its request entry (not via get_pokemon).
-        # The update is a function of the entry: a Pokémon whose entry equals the previous
-        # request's, and that no message touched since, is left as it was.
+        # The update is a function of the entry and of whether the Pokémon is active: one
+        # whose entry equals the previous request's, whose active flag agrees with it, and
+        # that no message touched since, is left as it was.
         entries = (request.get("side") or {}).get("pokemon") or []
         previous = self.__dict__.get("_maple_entries")
         changes = self._maple_changes
+        team = self._team
         if previous is None or len(previous) != len(entries):
             changes.add(ALL)
         else:
-            team = self._team
             for new, old in zip(entries, previous):
                 if new != old:
                     for ident in (new.get("ident"), old.get("ident")):
                         mon = team.get(ident)
                         changes.add(ALL if mon is None else id(mon))
+        # Not a function of the entry alone: poke-env also corrects which Pokémon is active
+        # (an Illusion that messages took at face value) from the request.
+        for new in entries:
+            mon = team.get(new.get("ident"))
+            if mon is not None and bool(mon._active) != bool(new.get("active")):
+                changes.add(id(mon))
         self._maple_entries = entries
         # The party slot of each Pokémon, for switch orders (read here, while the request
         # is in cache, instead of scanning it again when the order is sent).

@@ -175,4 +175,10 @@ def test_requests_mark_the_pokemon_whose_entry_changed():
     b.parse_request(request(300))
     assert take_changes(b) == set()
     b.parse_request(request(150))
-    assert take_changes(b) == {id(b.team["p1: Pikachu"])}
+    pikachu, snorlax = b.team["p1: Pikachu"], b.team["p1: Snorlax"]
+    assert take_changes(b) == {id(pikachu)}
+    # Messages made Snorlax active (an Illusion taken at face value); the same request
+    # again makes it inactive: marked although its entry did not change.
+    snorlax._active, pikachu._active = True, False
+    b.parse_request(request(150))
+    assert take_changes(b) == {id(pikachu), id(snorlax)} and pikachu.active and not snorlax.active
