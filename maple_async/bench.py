@@ -25,8 +25,8 @@ import sys
 import numpy as np
 from poke_env.player import RandomPlayer
 
-from .runner import (ForgetfulBaseline, Rates, close_players, forfeit_unfinished, player_kwargs,
-                     quiet_logger, run_id, tune_gc)
+from .runner import (ForgetfulBaseline, Rates, close_players, fast_kwargs, forfeit_unfinished,
+                     player_kwargs, quiet_logger, run_id, tune_gc)
 
 
 def percentile(values, q: float) -> float:
@@ -155,9 +155,9 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     learner = Learner(net, cfg.ppo, device) if learn else None
     tag = run_id()
     fmt, conc = cfg.runner.battle_format, cfg.runner.concurrency
-    fast = cfg.runner.fast_battles
-    p1 = PolicyPlayer(agent, "self", fast_battles=fast, **player_kwargs(url, f"bench{tag}a", conc, fmt))
-    p2 = PolicyPlayer(agent, "self", fast_battles=fast, **player_kwargs(url, f"bench{tag}b", conc, fmt))
+    fast = fast_kwargs(cfg.runner)
+    p1 = PolicyPlayer(agent, "self", **fast, **player_kwargs(url, f"bench{tag}a", conc, fmt))
+    p2 = PolicyPlayer(agent, "self", **fast, **player_kwargs(url, f"bench{tag}b", conc, fmt))
     agent.batcher.start()
     stop = asyncio.Event()
 

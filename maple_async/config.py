@@ -42,6 +42,9 @@ class RunnerConfig:
     torch_threads: int = 1  # CPU threads for torch; Showdown needs the other core(s)
     # Our players' battles skip poke-env's redundant move lookups (same state; fastbattle.py).
     fast_battles: bool = True
+    # With fast_battles: the encoder re-reads only the Pokémon that changed since the
+    # battle's previous decision (same observation; encoding.py). Off: read all each time.
+    incremental_encode: bool = True
     # Python's cyclic GC: objects alive at start-up (poke-env's data tables, torch) are frozen
     # out of collections, and young objects are collected every this many allocations
     # instead of 700 (0: Python's defaults). See runner.tune_gc.

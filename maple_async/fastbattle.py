@@ -142,13 +142,21 @@ class FastBattle(Battle):
 class FastBattles:
     """Player mixin (before ``Player`` in the bases): the battles it creates are
     :class:`FastBattle` while ``fast_battles`` is true (``runner.fast_battles`` in the
-    config: off for an A/B, or if a poke-env release breaks the assumptions above)."""
+    config: off for an A/B, or if a poke-env release breaks the assumptions above), and
+    offer their changes to the encoder while ``track_changes`` is also true
+    (``runner.incremental_encode``)."""
 
     fast_battles = True
+    track_changes = True
 
     async def _create_battle(self, split_message):
         battle = await super()._create_battle(split_message)
-        return speed_up(battle) if self.fast_battles else battle
+        if not self.fast_battles:
+            return battle
+        battle = speed_up(battle)
+        if not self.track_changes:
+            battle.__dict__["_maple_track"] = False
+        return battle
 
 
 def speed_up(battle):
@@ -178,6 +186,8 @@ def take_changes(battle) -> Optional[set]:
     changes = d.get(_CHANGES)
     if changes is not None:
         d[_CHANGES] = set()
+        if d.get("_maple_track") is False:
+            return None
     return changes
 
 

@@ -303,9 +303,10 @@ class PolicyPlayer(FastBattles, Player):
     parse requests faster than stock poke-env, to the same state (see :mod:`.fastbattle`)."""
 
     def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
-                 **kwargs):
+                 track_changes: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.fast_battles = fast_battles
+        self.track_changes = track_changes
         quiet_logger(self)
         self.agent = agent
         self.opponent_name = opponent_name
@@ -365,6 +366,11 @@ def _baseline_class(name: str) -> type:
 def run_id() -> str:
     """Short random tag: account names are unique per run, so runs never collide."""
     return secrets.token_hex(3)
+
+
+def fast_kwargs(runner_cfg) -> dict:
+    """PolicyPlayer's battle-state options from the ``runner`` config section."""
+    return dict(fast_battles=runner_cfg.fast_battles, track_changes=runner_cfg.incremental_encode)
 
 
 def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str) -> dict:

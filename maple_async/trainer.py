@@ -27,8 +27,8 @@ from . import checkpoint as ckpt
 from . import networks as nets
 from .config import Config, parse_opponent_mix
 from .learner import Learner, policy_lag, wilson_interval
-from .runner import (Agent, PolicyPlayer, Trajectory, close_players, forfeit_unfinished,
-                     make_baseline, player_kwargs, run_id, watchdog)
+from .runner import (Agent, PolicyPlayer, Trajectory, close_players, fast_kwargs,
+                     forfeit_unfinished, make_baseline, player_kwargs, run_id, watchdog)
 
 log = logging.getLogger("maple_async.trainer")
 _WATCH_PERIOD_S = 2.0  # server health poll
@@ -53,14 +53,12 @@ def make_lanes(url: str, cfg: Config, mix: dict, agent: Agent,
         c = max(1, round(conc * share))
         # Enough battles never to run dry; the loop stops the lanes when done.
         n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
-        fast = cfg.runner.fast_battles
-        me = PolicyPlayer(agent, name, fast_battles=fast,
-                          **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
+        fast = fast_kwargs(cfg.runner)
+        me = PolicyPlayer(agent, name, **fast, **player_kwargs(url, f"mpl{tag}{i}a", c, fmt))
         if name == "self":
-            opp = PolicyPlayer(agent, "self", fast_battles=fast,
-                               **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
+            opp = PolicyPlayer(agent, "self", **fast, **player_kwargs(url, f"mpl{tag}{i}b", c, fmt))
         elif name == "league":
-            opp = PolicyPlayer(league_agent, "learner", fast_battles=fast,
+            opp = PolicyPlayer(league_agent, "learner", **fast,
                                **player_kwargs(url, f"mpl{tag}{i}l", c, fmt))
         else:
             opp = make_baseline(name, url, f"mpl{tag}{i}o", c, fmt)

@@ -182,3 +182,16 @@ def test_requests_mark_the_pokemon_whose_entry_changed():
     snorlax._active, pikachu._active = True, False
     b.parse_request(request(150))
     assert take_changes(b) == {id(pikachu), id(snorlax)} and pikachu.active and not snorlax.active
+
+
+async def test_incremental_encode_off_reads_everything():
+    """runner.incremental_encode false: FastBattles that offer no changes to the encoder,
+    so each encoding reads every Pokémon."""
+    from maple_async.fastbattle import take_changes
+    data = json.load(gzip.open(DATA, "rt"))
+    p = _player(FastReplayer, data["username"])
+    p.track_changes = False
+    for split_messages in data["records"][:40]:
+        await p._handle_battle_message([list(m) for m in split_messages])
+    b = next(iter(p.battles.values()))
+    assert type(b) is FastBattle and take_changes(b) is None
