@@ -284,7 +284,7 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple
     """Write one Pokémon block (``r``: its slots) at ``base``, with matchups against the
     other side's active Pokémon when both actives are known (``other_log_spe`` not None);
     return whether it is fainted, its HP fraction, and (types, stats, log2 speed as the
-    active Pokémon) for later matchups."""
+    active Pokémon, None if not active) for later matchups."""
     row, types, stats = _poke_static(mon, r)
     w[base:base + POKE_DIM] = row
     hp = _hp_fraction(r)
@@ -307,7 +307,7 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple
     if other_log_spe is not None:
         _write_matchup(w, base, types, log_spe if is_active else stats[6], other_types,
                        other_log_spe)
-    return fainted, hp, (types, stats, _active_log_speed(r, stats))
+    return fainted, hp, (types, stats, _active_log_speed(r, stats) if is_active else None)
 
 
 def _write_matchup(w, base: int, types: tuple, log_spe: float, other_types: tuple,
@@ -399,26 +399,61 @@ class _Teams:
 _NO_MATCH = memoryview(np.zeros(3, dtype=np.float32))
 
 
-def encode(battle: Battle, out: np.ndarray | None = None,
-           side_state: Optional[list] = None, mask: Optional[np.ndarray] = None,
-           incremental: bool = True, moves: Optional[list] = None) -> np.ndarray:
-    """Encode ``battle`` from its player's point of view into a float32 vector.
+def _active_index(raws: list) -> int:
+    """Index of the active Pokémon (what Battle.active_pokemon returns), -1 for none."""
+    for i, r in enumerate(raws):
+        if r[R_ACTIVE]:
+            return i
+    return -1
 
-    ``side_state``, when given, is filled with what the reward shaping reads (see
-    :func:`maple_async.rewards.side_state`), from the same attribute reads: own HP sum,
-    own fainted, opponent HP sum (unrevealed Pokémon at full HP), opponent fainted.
-    ``mask``, when given (bool, ``N_ACTIONS``), is filled as :func:`action_mask` fills it,
-    from the same reads; ``moves``, when given, is filled with the moves that move actions
-    name (what :func:`action_to_order` needs, as it would find them). With ``incremental``
-    (and a battle that tracks its changes), only
-    the Pokémon that changed since the battle's previous encoding are read again (the
-    result is the same); without, everything is read and the battle's cache is left alone.
-    """
-    # The battle's cached team blocks, taken out until this encoding has finished (an
-    # exception leaves none: the next encoding reads everything).
-    changes = take_changes(battle) if incremental else None
-    state = battle.__dict__
-    teams = state.pop("_maple_teams", None) if changes is not None else None
+
+def _active_static(mon, r: tuple) -> tuple:
+    """(types, stats, log2 speed) of an active Pokémon whose slots are ``r``."""
+    _, types, stats = _poke_static(mon, r)
+    return types, stats, _active_log_speed(r, stats)
+
+
+def _sides(mons, raws, ai, own, opp_mons, opp_raws, oi, opp) -> tuple:
+    """Per side: (block offset, Pokémon, slots, active index, the other active's types,
+    this active's log2 speed, the other's or None), from the two actives' (types, stats,
+    log2 speed) (None: no active). Matchups need both actives."""
+    own_types, _, own_lspe = own if own is not None else ((), None, 0.0)
+    opp_types, _, opp_lspe = opp if opp is not None else ((), None, 0.0)
+    if own is None or opp is None:
+        return ((OWN_TEAM, mons, raws, ai, opp_types, 0.0, None),
+                (OPP_TEAM, opp_mons, opp_raws, oi, own_types, 0.0, None))
+    return ((OWN_TEAM, mons, raws, ai, opp_types, own_lspe, opp_lspe),
+            (OPP_TEAM, opp_mons, opp_raws, oi, own_types, opp_lspe, own_lspe))
+
+
+def _read_teams(battle: Battle, w) -> tuple:
+    """Write both team blocks into ``w``, reading every Pokémon. Returns what the rest of
+    the encoding needs: (own Pokémon, own active index, the actives' slots, the actives'
+    (types, stats, log2 speed), side sums [own HP, own fainted, opp HP, opp fainted], team
+    sizes)."""
+    mons, opp_mons = list(battle.team.values()), list(battle.opponent_team.values())
+    raws, opp_raws = list(map(_MON_SLOTS, mons)), list(map(_MON_SLOTS, opp_mons))
+    ai, oi = _active_index(raws), _active_index(opp_raws)
+    own = _active_static(mons[ai], raws[ai]) if ai >= 0 else None
+    opp = _active_static(opp_mons[oi], opp_raws[oi]) if oi >= 0 else None
+    sums = [0.0, 0, 0.0, 0]
+    for s, side in enumerate(_sides(mons, raws, ai, own, opp_mons, opp_raws, oi, opp)):
+        offset, side_mons, side_raws, act, other_types, lspe, other_lspe = side
+        for i in range(min(len(side_mons), 6)):
+            fainted, hp, _ = _encode_mon(w, offset + i * POKE_DIM, side_mons[i], side_raws[i],
+                                         i == act, other_types, lspe, other_lspe)
+            sums[2 * s] += hp
+            sums[2 * s + 1] += fainted
+    return (mons, ai, raws[ai] if ai >= 0 else None, opp_raws[oi] if oi >= 0 else None,
+            own, opp, sums, len(mons), len(opp_mons))
+
+
+def _cached_teams(battle: Battle, changes: set) -> tuple:
+    """:func:`_read_teams` from the battle's cached blocks, re-reading only the Pokémon in
+    ``changes``; returns the cache and the same tuple."""
+    # The cache is taken out of the battle until the encoding has finished (an exception
+    # leaves none: the next encoding reads everything).
+    teams = battle.__dict__.pop("_maple_teams", None)
     todo = None
     if teams is not None and ALL not in changes:
         todo = teams.update(battle, changes)
@@ -432,27 +467,18 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     act = teams.active
     ai = min(act[0]) if act[0] else -1
     oi = min(act[1]) if act[1] else -1
-    active = mons[ai] if ai >= 0 else None
     # The two active Pokémon first: every block's matchup is against the other side's.
     # (types, stats, log2 speed) of each: kept from its block unless it changed.
     own = opp = None
-    if active is not None:
+    if ai >= 0:
         own = teams.static[0][ai] if (0, ai) not in todo else None
-        if own is None:
-            _, types, stats = _poke_static(active, raws[ai])
-            own = (types, stats, _active_log_speed(raws[ai], stats))
+        if own is None or own[2] is None:
+            own = _active_static(mons[ai], raws[ai])
     if oi >= 0:
         opp = teams.static[1][oi] if (1, oi) not in todo else None
-        if opp is None:
-            _, types, stats = _poke_static(opp_mons[oi], opp_raws[oi])
-            opp = (types, stats, _active_log_speed(opp_raws[oi], stats))
-    own_types, own_stats, own_lspe = own if own is not None else ((), None, 0.0)
-    opp_types, opp_stats, opp_lspe = opp if opp is not None else ((), None, 0.0)
-    both = own is not None and opp is not None
-    if not both:
-        own_lspe = opp_lspe = 0.0
-    sides = ((OWN_TEAM, mons, raws, ai, opp_types, own_lspe, opp_lspe if both else None),
-             (OPP_TEAM, opp_mons, opp_raws, oi, own_types, opp_lspe, own_lspe if both else None))
+        if opp is None or opp[2] is None:
+            opp = _active_static(opp_mons[oi], opp_raws[oi])
+    sides = _sides(mons, raws, ai, own, opp_mons, opp_raws, oi, opp)
     for s, (offset, side_mons, side_raws, act, other_types, lspe, other_lspe) in enumerate(sides):
         match = (other_types, other_lspe)
         if match != teams.match[s]:
@@ -474,20 +500,53 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         teams.fainted[s][i], teams.hp[s][i], teams.static[s][i] = _encode_mon(
             tw, offset + i * POKE_DIM, side_mons[i], side_raws[i], i == act, other_types,
             lspe, other_lspe)
-    if out is None:
-        out = teams.buf.copy()
+    sums = [sum(teams.hp[0]), sum(teams.fainted[0]), sum(teams.hp[1]), sum(teams.fainted[1])]
+    return teams, (mons, ai, raws[ai] if ai >= 0 else None, opp_raws[oi] if oi >= 0 else None,
+                   own, opp, sums, len(mons), len(opp_mons))
+
+
+def encode(battle: Battle, out: np.ndarray | None = None,
+           side_state: Optional[list] = None, mask: Optional[np.ndarray] = None,
+           incremental: bool = True, moves: Optional[list] = None) -> np.ndarray:
+    """Encode ``battle`` from its player's point of view into a float32 vector.
+
+    ``side_state``, when given, is filled with what the reward shaping reads (see
+    :func:`maple_async.rewards.side_state`), from the same attribute reads: own HP sum,
+    own fainted, opponent HP sum (unrevealed Pokémon at full HP), opponent fainted.
+    ``mask``, when given (bool, ``N_ACTIONS``), is filled as :func:`action_mask` fills it,
+    from the same reads; ``moves``, when given, is filled with the moves that move actions
+    name (what :func:`action_to_order` needs, as it would find them). With ``incremental``
+    and a battle that tracks its changes (:class:`~maple_async.fastbattle.FastBattle`), only
+    the Pokémon that changed since the battle's previous encoding are read again (the
+    result is the same); otherwise everything is read and no cache is kept or touched.
+    """
+    changes = take_changes(battle) if incremental else None
+    teams = None
+    if changes is None:
+        if out is None:
+            out = np.zeros(OBS_DIM, dtype=np.float32)
+        else:
+            out.fill(0.0)
+        # Scalar writes and block copies go through a memoryview (a half and a third of
+        # the cost of numpy's item and slice assignment).
+        w = memoryview(out) if out.flags.c_contiguous else out
+        view = _read_teams(battle, w)
     else:
-        out[:] = teams.buf
-    # Scalar writes and block copies go through a memoryview (a half and a third of the
-    # cost of numpy's item and slice assignment).
-    w = memoryview(out) if out.flags.c_contiguous else out
-    n_team, n_opp = len(mons), len(opp_mons)  # (the teams' sizes: the cache fits them)
-    own_fainted = sum(teams.fainted[0])  # (only the first six are ever set)
-    opp_fainted = sum(teams.fainted[1])
-    own_alive = min(n_team, 6) - own_fainted
+        teams, view = _cached_teams(battle, changes)
+        if out is None:
+            out = teams.buf.copy()
+        else:
+            out[:] = teams.buf
+        w = memoryview(out) if out.flags.c_contiguous else out
+    mons, ai, own_raw, opp_raw, own, opp, sums, n_team, n_opp = view
+    active = mons[ai] if ai >= 0 else None
+    own_types, own_stats, _ = own if own is not None else ((), None, 0.0)
+    opp_types, opp_stats, _ = opp if opp is not None else ((), None, 0.0)
+    own_hp_sum, own_fainted, opp_hp_sum, opp_fainted = sums
+    own_alive = min(n_team, 6) - own_fainted  # (only the first six are counted)
     if side_state is not None:
-        side_state[:] = (sum(teams.hp[0]), own_fainted,
-                         sum(teams.hp[1]) + max(max(n_team, 6) - n_opp, 0), opp_fainted)
+        side_state[:] = (own_hp_sum, own_fainted,
+                         opp_hp_sum + max(max(n_team, 6) - n_opp, 0), opp_fainted)
 
     known_ids: list = []
     known: list = []
@@ -497,15 +556,15 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         available = set(map(_MOVE_ID, available_moves))
         damage = own_stats is not None and opp_stats is not None
         if damage:
-            own_boosts, opp_boosts = raws[ai][R_BOOSTS], opp_raws[oi][R_BOOSTS]
-            level = raws[ai][R_LEVEL]
+            own_boosts, opp_boosts = own_raw[R_BOOSTS], opp_raw[R_BOOSTS]
+            level = own_raw[R_LEVEL]
             attack = (own_stats[1] * _boost(own_boosts.get("atk", 0)),
                       own_stats[3] * _boost(own_boosts.get("spa", 0)))
             defence = (opp_stats[2] * _boost(opp_boosts.get("def", 0)),
                        opp_stats[4] * _boost(opp_boosts.get("spd", 0)))
-            burned = raws[ai][R_STATUS] is _BRN
+            burned = own_raw[R_STATUS] is _BRN
             # Opponent's remaining HP in points (estimated max HP x fraction).
-            opp_hp = max(opp_stats[0] * (_hp_fraction(opp_raws[oi]) or 1.0), 1.0)
+            opp_hp = max(opp_stats[0] * (_hp_fraction(opp_raw) or 1.0), 1.0)
             level_factor = 2.0 * level / 5.0 + 2.0
         for j, move in enumerate(active.moves.values()):
             if j == 4:
@@ -560,8 +619,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         _fill_mask(battle, mask, mons, active, available_moves, available, known_ids)
     if moves is not None:
         moves[:] = available_moves if _only_unknown_move(available_moves, known_ids) else known
-    if changes is not None:
-        state["_maple_teams"] = teams
+    if teams is not None:
+        battle.__dict__["_maple_teams"] = teams
     return out
 
 
