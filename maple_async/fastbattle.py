@@ -21,8 +21,10 @@ twelve: reading a Pokémon that no message touched since the last decision is mo
 misses. Every message handler of poke-env that changes a Pokémon finds it through
 ``get_pokemon``, except the ones named below (switch-out, end of turn, requests, and the
 messages that change a whole side), which mark what they change here; a message type not
-known to be handled that way marks everything. ``tests/test_encoding.py`` replays recorded
-battles and compares the encoding from changes with a full re-read after every request.
+known to be handled that way marks everything; a request marks the Pokémon whose entry
+changed or whose active flag it corrects. ``tests/test_encoding.py`` replays recorded
+battles and compares the encoding from changes with a full read, at every request and
+after every message.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class Agent:
 
     async def choose(self, battle, opponent: str):
         # Wall clock for latency and inactivity; this thread's CPU time for the cost split
-        # on a sample of decisions (each read of it is a system call: four per decision).
+        # on a sample of decisions (each read of it is a system call: five per decision).
         t_start = time.perf_counter()
         if self.closing:
             return NO_ORDER  # shutting down: the battle is being forfeited
