@@ -135,7 +135,7 @@ async def _progress(label: str, get_done, total: int, period: float = 5.0) -> No
 
 async def _play(cfg, n_battles: int) -> int:
     from . import networks as nets
-    from .runner import Agent, play
+    from .runner import Agent, fast_kwargs, play
     from .server import server_for
 
     device = setup_process(cfg)
@@ -150,7 +150,8 @@ async def _play(cfg, n_battles: int) -> int:
             res = await play(agent, url, n_battles, opponent=cfg.runner.opponent,
                              concurrency=cfg.runner.concurrency,
                              battle_format=cfg.runner.battle_format,
-                             battle_timeout_s=cfg.runner.battle_timeout_s)
+                             battle_timeout_s=cfg.runner.battle_timeout_s,
+                             battle_options=fast_kwargs(cfg.runner))
         finally:
             prog.cancel()
             await agent.batcher.close()
@@ -177,12 +178,14 @@ def cmd_play(args) -> int:
 
 async def _final_eval(cfg, trainer, server, device) -> None:
     from . import networks as nets
+    from .runner import fast_kwargs
     from .trainer import evaluate
     policy = nets.InferencePolicy(trainer.learner.network, device, greedy=False)
     for opp in ("random", "max_power"):
         res = await evaluate(policy, server.url, opp, cfg.train.eval_battles, batcher_cfg=cfg.batcher,
                              concurrency=min(cfg.runner.concurrency, 32),
-                             battle_format=cfg.runner.battle_format, device=device)
+                             battle_format=cfg.runner.battle_format, device=device,
+                             battle_options=fast_kwargs(cfg.runner))
         print(res.line(), flush=True)
 
 
@@ -219,6 +222,7 @@ def cmd_train(args) -> int:
 
 
 async def _eval(cfg, args) -> int:
+    from .runner import fast_kwargs
     from .server import server_for
     from .trainer import evaluate, policy_from_checkpoint
 
@@ -227,7 +231,7 @@ async def _eval(cfg, args) -> int:
     async with server_for(cfg.server) as server:
         res = await evaluate(policy, server.url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
                              concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
-                             device=device)
+                             device=device, battle_options=fast_kwargs(cfg.runner))
     print(res.line())
     return 0
 

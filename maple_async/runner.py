@@ -494,12 +494,16 @@ async def watchdog(agent: Agent, players: list[Player], timeout_s: float, period
 
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
                concurrency: int = 64, battle_format: str = "gen9randombattle",
-               battle_timeout_s: float = 300.0) -> PlayResult:
-    """Play ``n_battles`` with ``agent`` against itself or a poke-env baseline."""
+               battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None) -> PlayResult:
+    """Play ``n_battles`` with ``agent`` against itself or a poke-env baseline.
+    ``battle_options``: :func:`fast_kwargs` of the config (default: both on)."""
     tag = run_id()
-    p1 = PolicyPlayer(agent, opponent, **player_kwargs(server_url, f"maple{tag}a", concurrency, battle_format))
+    fast = battle_options or {}
+    p1 = PolicyPlayer(agent, opponent, **fast,
+                      **player_kwargs(server_url, f"maple{tag}a", concurrency, battle_format))
     if opponent == "self":
-        p2: Player = PolicyPlayer(agent, "self", **player_kwargs(server_url, f"maple{tag}b", concurrency, battle_format))
+        p2: Player = PolicyPlayer(agent, "self", **fast,
+                                  **player_kwargs(server_url, f"maple{tag}b", concurrency, battle_format))
     else:
         p2 = make_baseline(opponent, server_url, f"base{tag}", concurrency, battle_format)
     agent.batcher.start()

@@ -429,19 +429,23 @@ def policy_from_checkpoint(path: str, device, greedy: bool = False) -> tuple[net
 
 async def evaluate(policy: nets.InferencePolicy, url: str, opponent: str, n_battles: int, *,
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
-                   device="cpu", opponent_label: Optional[str] = None) -> EvalResult:
-    """Play ``n_battles`` against a baseline name or another checkpoint's policy."""
+                   device="cpu", opponent_label: Optional[str] = None,
+                   battle_options: Optional[dict] = None) -> EvalResult:
+    """Play ``n_battles`` against a baseline name or another checkpoint's policy.
+    ``battle_options``: :func:`~maple_async.runner.fast_kwargs` of the config."""
     from .runner import BASELINES
     tag = run_id()
+    fast = battle_options or {}
     agent = Agent(policy, batcher_cfg, name="eval")
-    me = PolicyPlayer(agent, opponent, **player_kwargs(url, f"evl{tag}a", concurrency, battle_format))
+    me = PolicyPlayer(agent, opponent, **fast, **player_kwargs(url, f"evl{tag}a", concurrency, battle_format))
     opp_agent = None
     if opponent in BASELINES:
         opp = make_baseline(opponent, url, f"evl{tag}b", concurrency, battle_format)
     else:
         opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=policy.greedy)
         opp_agent = Agent(opp_policy, batcher_cfg, name="eval-opponent")
-        opp = PolicyPlayer(opp_agent, "eval", **player_kwargs(url, f"evl{tag}b", concurrency, battle_format))
+        opp = PolicyPlayer(opp_agent, "eval", **fast,
+                           **player_kwargs(url, f"evl{tag}b", concurrency, battle_format))
         opp_agent.batcher.start()
     agent.batcher.start()
     t0 = time.perf_counter()

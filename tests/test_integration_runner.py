@@ -94,6 +94,36 @@ async def test_against_baseline_counts_wins(showdown_url):
     assert agent.stats.battles == 8 and agent.stats.invalid_choices == 0
 
 
+@pytest.mark.parametrize("options", [{}, {"track_changes": False}, {"fast_battles": False}],
+                         ids=["from changes", "incremental off", "stock battles"])
+async def test_live_encodings_equal_a_full_read(showdown_url, monkeypatch, options):
+    """At every live decision the runner's encoding (from the battle's changes, when it
+    tracks them) must be byte-equal to reading everything; the options reach the battles."""
+    from maple_async.fastbattle import FastBattle
+    real = enc.encode
+    seen = {"decisions": 0, "mismatches": [], "kinds": set()}
+
+    def checking(battle, **kw):
+        obs = real(battle, **kw)
+        full = real(battle, incremental=False)
+        if obs.tobytes() != full.tobytes():
+            seen["mismatches"].append((battle.battle_tag, np.flatnonzero(obs != full).tolist()))
+        seen["decisions"] += 1
+        seen["kinds"].add((type(battle) is FastBattle, "_maple_teams" in battle.__dict__))
+        return obs
+    monkeypatch.setattr(enc, "encode", checking)
+    policy = nets.InferencePolicy(nets.build("mlp", hidden_size=32))
+    agent = Agent(policy, BatcherConfig())
+    res = await play(agent, showdown_url, 8, opponent="self", concurrency=8,
+                     battle_options=options)
+    await agent.batcher.close()
+    assert res.battles == 8 and seen["decisions"] > 100
+    assert seen["mismatches"] == []
+    fast = options.get("fast_battles", True)
+    cached = fast and options.get("track_changes", True)
+    assert seen["kinds"] == {(fast, cached)}
+
+
 def test_managed_server_binds_loopback_only(showdown_url):
     if os.environ.get("MAPLE_TEST_SERVER"):
         pytest.skip("using an external server")
