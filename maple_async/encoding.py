@@ -324,7 +324,7 @@ class _Teams:
 
     A battle that tracks its changed Pokémon (:class:`~maple_async.fastbattle.FastBattle`)
     keeps one between decisions (in its ``__dict__``) and the next encoding re-reads only
-    the Pokémon that changed; otherwise one is built from scratch per encoding. Per side
+    the Pokémon that changed (other battles are read by :func:`_read_teams`). Per side
     (0 own, 1 opponent), in team order: the Pokémon, their slots, and from their blocks:
     fainted, HP fraction, (types, stats, log2 speed as the active Pokémon); ``active``: the
     indices whose slots say active (the first one is the side's active Pokémon, as
@@ -338,17 +338,13 @@ class _Teams:
         # The two team blocks, then zeros: each encoding starts from a copy.
         self.buf = np.zeros(OBS_DIM, dtype=np.float32)
         self.w = memoryview(self.buf)
-        own, opp = list(battle.team.values()), list(battle.opponent_team.values())
-        self.mons = (own, opp)
-        self.raws = (list(map(_MON_SLOTS, own)), list(map(_MON_SLOTS, opp)))
-        self.where = {id(m): (0, i) for i, m in enumerate(own)}
-        self.where.update({id(m): (1, i) for i, m in enumerate(opp)})
-        n, k = len(own), len(opp)
-        self.fainted = ([False] * n, [False] * k)
-        self.hp = ([0.0] * n, [0.0] * k)
-        self.static = ([None] * n, [None] * k)
-        self.active = tuple({i for i, r in enumerate(raws) if r[R_ACTIVE]} for raws in self.raws)
+        self.mons, self.raws = ([], []), ([], [])
+        self.fainted, self.hp, self.static = ([], []), ([], []), ([], [])
+        self.where: dict = {}
+        self.active = (set(), set())
         self.match: list = [False, False]
+        self._add(0, list(battle.team.values()))
+        self._add(1, list(battle.opponent_team.values()))
 
     def _add(self, s: int, mons: list) -> list:
         """Append Pokémon to side ``s``; return the (side, index) of those with a block."""
