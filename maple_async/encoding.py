@@ -15,14 +15,20 @@ POKE_DIM (per Pokémon): present, hp fraction, fainted, active, status one-hot (
 types multi-hot (18), tera type one-hot (18), terastallized, level/100, boosts/6 (7),
 stats/400 (6: hp atk def spa spd spe; own team: the real stats from the request, opponent:
 estimated from base stats and level as random battles build sets), matchup against the
-other side's active Pokémon (3): best type effectiveness of this Pokémon's types against
-it, of its types against this one (both log2 / 2), log2 speed ratio / 2 (clipped to +-1).
+other side's active Pokémon (3, derived): best type effectiveness of this Pokémon's types
+against it, of its types against this one (both log2 / 2, -1.5 for immunity), log2 speed
+ratio / 2 (clipped to +-1; the active Pokémon's speed with its boost and paralysis).
 
 MOVE_DIM (per move): present, available now, base power/100, accuracy, type one-hot (18),
-category one-hot (3), priority/5, PP fraction, log2 effectiveness vs opponent active / 2,
-immune, STAB, estimated damage as a fraction of the opponent active's remaining HP
-(Showdown's damage formula with stats, boosts, STAB, effectiveness and accuracy;
-clipped to 2) / 2, and whether that estimate knocks it out.
+category one-hot (3), priority/5, PP fraction, and (derived) log2 effectiveness vs
+opponent active / 2, immune, STAB, estimated damage as a fraction of the opponent active's
+remaining HP (Showdown's damage formula with stats, boosts, STAB, effectiveness, accuracy
+and burn; clipped to 2) / 2, and whether that estimate knocks it out.
+
+The *derived* columns are functions of other columns. :func:`encode` leaves them at zero;
+:func:`maple_async.features.derive` fills them for a whole batch at once (the inference
+policy and the learner call it, so networks always see them). Per battle in Python they
+were about a third of the encoder's cost.
 
 FIELD_DIM: weather one-hot (9), fields multi-hot (15), own side conditions (24),
 opponent side conditions (24), can tera, opponent used tera, force switch, trapped,
@@ -114,7 +120,6 @@ for _d in _TYPES:
     for _a in _TYPES:
         EFFECTIVENESS[TYPE_INDEX[_a], TYPE_INDEX[_d]] = _chart[_d.name][_a.name]
 
-_EFF = EFFECTIVENESS.tolist()  # Python floats: faster than numpy for 1-2 lookups
 
 # Enum members hash through Python-level code; the hot path keys its tables by id() instead.
 _TYPE_BY_ID = {id(t): i for t, i in TYPE_INDEX.items()}
@@ -135,8 +140,7 @@ _MOVE_ID = operator.attrgetter("_id")
 
 
 def _move_static(move) -> tuple:
-    """(row as a memoryview, type index, category index, base power, accuracy, max PP)
-    for ``move``."""
+    """(row as a memoryview, max PP) for ``move``."""
     cached = _MOVE_STATIC.get(move.id)
     if cached is not None:
         return cached
@@ -150,8 +154,7 @@ def _move_static(move) -> tuple:
     category = CATEGORY_INDEX[move.category]
     row[M_CATEGORY + category] = 1.0
     row[M_PRIORITY] = move.priority / 5.0
-    cached = (memoryview(row), mtype, category, float(move.base_power), float(move.accuracy),
-              move.entry["pp"] * 8 // 5)
+    cached = (memoryview(row), move.entry["pp"] * 8 // 5)
     _MOVE_STATIC[move.id] = cached
     return cached
 
@@ -236,56 +239,11 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
     return row, types, stats
 
 
-# (this Pokémon's best effectiveness against the other, the other's best against this one),
-# each as log2 / 2 (immunity: -1.5), by (own types, other types).
-_MATCH: dict[tuple, tuple[float, float]] = {}
-
-
-def _multiplier(att: int, dfn: tuple) -> float:
-    """Type effectiveness of attacking type ``att`` against defending types ``dfn``."""
-    eff = _EFF[att]
-    m = 1.0
-    for d in dfn:
-        m *= eff[d]
-    return m
-
-
-def _best_effectiveness(att: tuple, dfn: tuple) -> float:
-    if not att or not dfn:
-        return 0.0
-    best = max(_multiplier(a, dfn) for a in att)
-    return -1.5 if best == 0.0 else math.log2(best) / 2.0
-
-
-def _matchup(types: tuple, other: tuple) -> tuple[float, float]:
-    key = (types, other)
-    v = _MATCH.get(key)
-    if v is None:
-        v = _MATCH[key] = (_best_effectiveness(types, other), _best_effectiveness(other, types))
-    return v
-
-
-def _boost(b: int) -> float:
-    return (2 + b) / 2.0 if b >= 0 else 2.0 / (2 - b)
-
-
-_BRN = Status.BRN
-_PAR = Status.PAR
-
-
-def _active_log_speed(r: tuple, stats: list) -> float:
-    """log2 of the active Pokémon's speed (slots ``r``) with its boost and paralysis."""
-    spe = stats[5] * _boost(r[R_BOOSTS].get("spe", 0))
-    return math.log2(max(spe * 0.5 if r[R_STATUS] is _PAR else spe, 1.0))
-
-
-def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple,
-                log_spe: float, other_log_spe: Optional[float]) -> tuple:
-    """Write one Pokémon block (``r``: its slots) at ``base``, with matchups against the
-    other side's active Pokémon when both actives are known (``other_log_spe`` not None);
-    return whether it is fainted, its HP fraction, and (types, stats, log2 speed as the
-    active Pokémon, None if not active) for later matchups."""
-    row, types, stats = _poke_static(mon, r)
+def _encode_mon(w, base: int, mon, r: tuple, is_active: bool) -> tuple:
+    """Write one Pokémon block (``r``: its slots) at ``base`` (its matchup columns are
+    derived later, batched: :mod:`maple_async.features`); return whether it is fainted
+    and its HP fraction."""
+    row, _, _ = _poke_static(mon, r)
     w[base:base + POKE_DIM] = row
     hp = _hp_fraction(r)
     if hp:
@@ -304,19 +262,7 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, other_types: tuple
             b = boosts[name]
             if b:
                 w[base + P_BOOSTS + j] = b / 6.0
-    if other_log_spe is not None:
-        _write_matchup(w, base, types, log_spe if is_active else stats[6], other_types,
-                       other_log_spe)
-    return fainted, hp, (types, stats, _active_log_speed(r, stats) if is_active else None)
-
-
-def _write_matchup(w, base: int, types: tuple, log_spe: float, other_types: tuple,
-                   other_log_spe: float) -> None:
-    off, dfn = _matchup(types, other_types)
-    w[base + P_MATCH_OFF] = off
-    w[base + P_MATCH_DEF] = dfn
-    v = (log_spe - other_log_spe) * 0.5
-    w[base + P_MATCH_SPE] = 1.0 if v > 1.0 else (-1.0 if v < -1.0 else v)
+    return fainted, hp
 
 
 class _Teams:
@@ -326,23 +272,19 @@ class _Teams:
     keeps one between decisions (in its ``__dict__``) and the next encoding re-reads only
     the Pokémon that changed (other battles are read by :func:`_read_teams`). Per side
     (0 own, 1 opponent), in team order: the Pokémon, their slots, and from their blocks:
-    fainted, HP fraction, (types, stats, log2 speed as the active Pokémon); ``active``: the
-    indices whose slots say active (the first one is the side's active Pokémon, as
-    ``Battle.active_pokemon`` finds it); ``match``: the other side's active Pokémon (types,
-    log2 speed) that the side's matchup columns were written against."""
+    fainted and HP fraction; ``active``: the indices whose slots say active (the first one
+    is the side's active Pokémon, as ``Battle.active_pokemon`` finds it)."""
 
-    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "static", "active",
-                 "match")
+    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "active")
 
     def __init__(self, battle: Battle):
         # The two team blocks, then zeros: each encoding starts from a copy.
         self.buf = np.zeros(OBS_DIM, dtype=np.float32)
         self.w = memoryview(self.buf)
         self.mons, self.raws = ([], []), ([], [])
-        self.fainted, self.hp, self.static = ([], []), ([], []), ([], [])
+        self.fainted, self.hp = ([], []), ([], [])
         self.where: dict = {}
         self.active = (set(), set())
-        self.match: list = [False, False]
         self._add(0, list(battle.team.values()))
         self._add(1, list(battle.opponent_team.values()))
 
@@ -355,8 +297,8 @@ class _Teams:
         raws = list(map(_MON_SLOTS, mons))
         self.raws[s].extend(raws)
         self.active[s].update(i for i, r in enumerate(raws, start=n) if r[R_ACTIVE])
-        for lst, v in ((self.fainted, False), (self.hp, 0.0), (self.static, None)):
-            lst[s].extend([v] * len(mons))
+        self.fainted[s].extend([False] * len(mons))
+        self.hp[s].extend([0.0] * len(mons))
         return [(s, i) for i in range(n, min(n + len(mons), 6))]
 
     def todo(self) -> list:
@@ -392,9 +334,6 @@ class _Teams:
         return todo
 
 
-_NO_MATCH = memoryview(np.zeros(3, dtype=np.float32))
-
-
 def _active_index(raws: list) -> int:
     """Index of the active Pokémon (what Battle.active_pokemon returns), -1 for none."""
     for i, r in enumerate(raws):
@@ -403,45 +342,23 @@ def _active_index(raws: list) -> int:
     return -1
 
 
-def _active_static(mon, r: tuple) -> tuple:
-    """(types, stats, log2 speed) of an active Pokémon whose slots are ``r``."""
-    _, types, stats = _poke_static(mon, r)
-    return types, stats, _active_log_speed(r, stats)
-
-
-def _sides(mons, raws, ai, own, opp_mons, opp_raws, oi, opp) -> tuple:
-    """Per side: (block offset, Pokémon, slots, active index, the other active's types,
-    this active's log2 speed, the other's or None), from the two actives' (types, stats,
-    log2 speed) (None: no active). Matchups need both actives."""
-    own_types, _, own_lspe = own if own is not None else ((), None, 0.0)
-    opp_types, _, opp_lspe = opp if opp is not None else ((), None, 0.0)
-    if own is None or opp is None:
-        return ((OWN_TEAM, mons, raws, ai, opp_types, 0.0, None),
-                (OPP_TEAM, opp_mons, opp_raws, oi, own_types, 0.0, None))
-    return ((OWN_TEAM, mons, raws, ai, opp_types, own_lspe, opp_lspe),
-            (OPP_TEAM, opp_mons, opp_raws, oi, own_types, opp_lspe, own_lspe))
-
-
 def _read_teams(battle: Battle, w) -> tuple:
     """Write both team blocks into ``w``, reading every Pokémon. Returns what the rest of
-    the encoding needs: (own Pokémon, own active index, the actives' slots, the actives'
-    (types, stats, log2 speed), side sums [own HP, own fainted, opp HP, opp fainted], team
-    sizes)."""
+    the encoding needs: (own Pokémon, own active index, side sums [own HP, own fainted,
+    opp HP, opp fainted], team sizes)."""
     mons, opp_mons = list(battle.team.values()), list(battle.opponent_team.values())
-    raws, opp_raws = list(map(_MON_SLOTS, mons)), list(map(_MON_SLOTS, opp_mons))
-    ai, oi = _active_index(raws), _active_index(opp_raws)
-    own = _active_static(mons[ai], raws[ai]) if ai >= 0 else None
-    opp = _active_static(opp_mons[oi], opp_raws[oi]) if oi >= 0 else None
     sums = [0.0, 0, 0.0, 0]
-    for s, side in enumerate(_sides(mons, raws, ai, own, opp_mons, opp_raws, oi, opp)):
-        offset, side_mons, side_raws, act, other_types, lspe, other_lspe = side
+    ai = -1
+    for s, (offset, side_mons) in enumerate(((OWN_TEAM, mons), (OPP_TEAM, opp_mons))):
+        raws = list(map(_MON_SLOTS, side_mons))
+        act = _active_index(raws)
+        if s == 0:
+            ai = act
         for i in range(min(len(side_mons), 6)):
-            fainted, hp, _ = _encode_mon(w, offset + i * POKE_DIM, side_mons[i], side_raws[i],
-                                         i == act, other_types, lspe, other_lspe)
+            fainted, hp = _encode_mon(w, offset + i * POKE_DIM, side_mons[i], raws[i], i == act)
             sums[2 * s] += hp
             sums[2 * s + 1] += fainted
-    return (mons, ai, raws[ai] if ai >= 0 else None, opp_raws[oi] if oi >= 0 else None,
-            own, opp, sums, len(mons), len(opp_mons))
+    return mons, ai, sums, len(mons), len(opp_mons)
 
 
 def _cached_teams(battle: Battle, changes: set) -> tuple:
@@ -453,52 +370,21 @@ def _cached_teams(battle: Battle, changes: set) -> tuple:
     todo = None
     if teams is not None and ALL not in changes:
         todo = teams.update(battle, changes)
-    fresh = todo is None
-    if fresh:
+    if todo is None:
         teams = _Teams(battle)
         todo = teams.todo()
     tw = teams.w
-    mons, opp_mons = teams.mons
-    raws, opp_raws = teams.raws
+    mons = teams.mons
+    raws = teams.raws
     act = teams.active
     ai = min(act[0]) if act[0] else -1
     oi = min(act[1]) if act[1] else -1
-    # The two active Pokémon first: every block's matchup is against the other side's.
-    # (types, stats, log2 speed) of each: kept from its block unless it changed.
-    own = opp = None
-    if ai >= 0:
-        own = teams.static[0][ai] if (0, ai) not in todo else None
-        if own is None or own[2] is None:
-            own = _active_static(mons[ai], raws[ai])
-    if oi >= 0:
-        opp = teams.static[1][oi] if (1, oi) not in todo else None
-        if opp is None or opp[2] is None:
-            opp = _active_static(opp_mons[oi], opp_raws[oi])
-    sides = _sides(mons, raws, ai, own, opp_mons, opp_raws, oi, opp)
-    for s, (offset, side_mons, side_raws, act, other_types, lspe, other_lspe) in enumerate(sides):
-        match = (other_types, other_lspe)
-        if match != teams.match[s]:
-            teams.match[s] = match
-            if fresh:
-                continue  # every block is written below
-            # The other side's active Pokémon (or its speed) changed: every matchup here.
-            static = teams.static[s]
-            for i in range(min(len(side_mons), 6)):
-                base = offset + i * POKE_DIM
-                if other_lspe is None:
-                    tw[base + P_MATCH_OFF:base + P_MATCH_SPE + 1] = _NO_MATCH
-                elif static[i] is not None:  # (None: rewritten below)
-                    types, stats, _ = static[i]
-                    _write_matchup(tw, base, types, lspe if i == act else stats[6],
-                                   other_types, other_lspe)
     for s, i in todo:
-        offset, side_mons, side_raws, act, other_types, lspe, other_lspe = sides[s]
-        teams.fainted[s][i], teams.hp[s][i], teams.static[s][i] = _encode_mon(
-            tw, offset + i * POKE_DIM, side_mons[i], side_raws[i], i == act, other_types,
-            lspe, other_lspe)
+        teams.fainted[s][i], teams.hp[s][i] = _encode_mon(
+            tw, (OWN_TEAM, OPP_TEAM)[s] + i * POKE_DIM, mons[s][i], raws[s][i],
+            i == (ai, oi)[s])
     sums = [sum(teams.hp[0]), sum(teams.fainted[0]), sum(teams.hp[1]), sum(teams.fainted[1])]
-    return teams, (mons, ai, raws[ai] if ai >= 0 else None, opp_raws[oi] if oi >= 0 else None,
-                   own, opp, sums, len(mons), len(opp_mons))
+    return teams, (mons[0], ai, sums, len(mons[0]), len(mons[1]))
 
 
 def encode(battle: Battle, out: np.ndarray | None = None,
@@ -534,10 +420,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
         else:
             out[:] = teams.buf
         w = memoryview(out) if out.flags.c_contiguous else out
-    mons, ai, own_raw, opp_raw, own, opp, sums, n_team, n_opp = view
+    mons, ai, sums, n_team, n_opp = view
     active = mons[ai] if ai >= 0 else None
-    own_types, own_stats, _ = own if own is not None else ((), None, 0.0)
-    opp_types, opp_stats, _ = opp if opp is not None else ((), None, 0.0)
     own_hp_sum, own_fainted, opp_hp_sum, opp_fainted = sums
     own_alive = min(n_team, 6) - own_fainted  # (only the first six are counted)
     if side_state is not None:
@@ -550,18 +434,6 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     available: set = set()
     if active is not None:
         available = set(map(_MOVE_ID, available_moves))
-        damage = own_stats is not None and opp_stats is not None
-        if damage:
-            own_boosts, opp_boosts = own_raw[R_BOOSTS], opp_raw[R_BOOSTS]
-            level = own_raw[R_LEVEL]
-            attack = (own_stats[1] * _boost(own_boosts.get("atk", 0)),
-                      own_stats[3] * _boost(own_boosts.get("spa", 0)))
-            defence = (opp_stats[2] * _boost(opp_boosts.get("def", 0)),
-                       opp_stats[4] * _boost(opp_boosts.get("spd", 0)))
-            burned = own_raw[R_STATUS] is _BRN
-            # Opponent's remaining HP in points (estimated max HP x fraction).
-            opp_hp = max(opp_stats[0] * (_hp_fraction(opp_raw) or 1.0), 1.0)
-            level_factor = 2.0 * level / 5.0 + 2.0
         for j, move in enumerate(active.moves.values()):
             if j == 4:
                 break
@@ -569,33 +441,13 @@ def encode(battle: Battle, out: np.ndarray | None = None,
             move_id, pp, from_transform = _MOVE_SLOTS(move)
             known_ids.append(move_id)
             known.append(move)
-            row, mtype, category, power, accuracy, max_pp = (_MOVE_STATIC.get(move_id)
-                                                             or _move_static(move))
+            row, max_pp = _MOVE_STATIC.get(move_id) or _move_static(move)
             w[base:base + MOVE_DIM] = row
             if move_id in available:
                 w[base + M_AVAILABLE] = 1.0
             if from_transform:
                 max_pp = move.max_pp  # transformed moves have at most 5 PP
             w[base + M_PP] = pp / max_pp if max_pp else 0.0
-            stab = mtype >= 0 and mtype in own_types
-            if stab:
-                w[base + M_STAB] = 1.0
-            if mtype >= 0 and category != 2:
-                mult = _multiplier(mtype, opp_types)
-                if opp_types:
-                    if mult == 0.0:
-                        w[base + M_IMMUNE] = 1.0
-                    else:
-                        w[base + M_EFFECT] = math.log2(mult) / 2.0
-                if damage and power > 0 and mult > 0.0:
-                    d = (level_factor * power * attack[category] / defence[category]) / 50.0 + 2.0
-                    d *= mult * accuracy * 0.925 * (1.5 if stab else 1.0)
-                    if burned and category == 0:
-                        d *= 0.5
-                    frac = d / opp_hp
-                    w[base + M_DAMAGE] = min(frac, 2.0) / 2.0
-                    if frac >= 1.0:
-                        w[base + M_KO] = 1.0
 
     for weather in battle.weather:
         w[FIELD + F_WEATHER + _WEATHER_BY_ID[id(weather)]] = 1.0

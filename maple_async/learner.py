@@ -28,7 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import encoding as enc
 from .config import PPOConfig
+from .features import derive
 from .networks import PolicyNetwork, masked_logits
 
 
@@ -99,6 +101,8 @@ class Rollout:
             else:
                 adv[i, :k], ret[i, :k] = compute_gae(a["rewards"], a["values"], cfg.gamma, cfg.gae_lambda)
             valid[i, :k] = True
+        if obs_dim == enc.OBS_DIM:
+            derive(obs)  # the derived columns, as the acting policy saw them
         t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
         return cls(t(obs), t(masks), t(actions), t(logps), t(values), t(adv), t(ret), t(valid), lengths)
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import nn
 
 from . import encoding as enc
+from .features import derive
 
 
 class EntityHead(nn.Module):
@@ -261,8 +263,10 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class InferencePolicy:
     """A network on a device, used for batched acting (no gradients).
 
-    One host->device copy of the inputs and one device->host copy of the outputs per
-    batch. Weights can be swapped between batches with :meth:`load_state_dict`.
+    Observations in the :mod:`maple_async.encoding` layout get their derived columns
+    filled first (:func:`maple_async.features.derive`, once per batch). One host->device
+    copy of the inputs and one device->host copy of the outputs per batch. Weights can be
+    swapped between batches with :meth:`load_state_dict`.
     """
 
     def __init__(self, network: PolicyNetwork, device: torch.device | str = "cpu", greedy: bool = False):
@@ -279,10 +283,13 @@ class InferencePolicy:
     @torch.inference_mode()
     def act(self, obs, mask, hidden: torch.Tensor):
         """``obs [B, D]`` and ``mask [B, A]`` numpy arrays; ``hidden [B, H]`` CPU tensor.
+        A float32 ``obs`` in the encoder's layout gets its derived columns filled in place.
 
         Returns numpy ``actions, logps, values`` and the new hidden state on the CPU.
         """
         dev = self.device
+        if obs.shape[-1] == enc.OBS_DIM:
+            obs = derive(np.ascontiguousarray(obs, dtype=np.float32))
         x, m, h = torch.from_numpy(obs), torch.from_numpy(mask), hidden
         if dev.type != "cpu":
             x, m, h = (t.to(dev, non_blocking=True) for t in (x, m, h))

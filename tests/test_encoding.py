@@ -138,37 +138,6 @@ def test_switch_is_sent_as_the_request_slot():
     assert type(order) is enc.SingleBattleOrder and order.order.species == "b"
 
 
-def test_matchup_and_damage_features():
-    """Type matchups against the other active Pokémon and the per-move damage estimate:
-    a super-effective STAB move beats a resisted one, and a low-HP target is a KO."""
-    import logging
-
-    from poke_env.battle import Battle, Move, Pokemon
-    b = Battle("battle-gen9randombattle-2", "me", logging.getLogger("test"), gen=9)
-    b._player_role = "p1"
-    own = Pokemon(gen=9, species="charizard")
-    foe = Pokemon(gen=9, species="venusaur")
-    own._active = foe._active = True
-    for m in ("flamethrower", "dragonclaw", "roost"):
-        own._moves.moves[m] = Move(m, gen=9)
-    b._team = {"p1: Charizard": own}
-    b._opponent_team = {"p2: Venusaur": foe}
-    x = enc.encode(b)
-    o, f = enc.OWN_TEAM, enc.OPP_TEAM
-    # fire vs grass/poison = 2 -> 0.5; Venusaur's best against fire/flying is poison (1x) -> 0
-    assert x[o + enc.P_MATCH_OFF] == pytest.approx(0.5) and x[o + enc.P_MATCH_DEF] == 0.0
-    assert x[f + enc.P_MATCH_OFF] == 0.0 and x[f + enc.P_MATCH_DEF] == pytest.approx(0.5)
-    assert x[o + enc.P_MATCH_SPE] > 0 > x[f + enc.P_MATCH_SPE]  # Charizard is faster
-    assert x[o + enc.P_STATS + 5] > 0 and x[f + enc.P_STATS] > 0
-    flame, claw, roost = (enc.MOVES + j * enc.MOVE_DIM for j in range(3))
-    assert x[flame + enc.M_DAMAGE] > 2 * x[claw + enc.M_DAMAGE] > 0
-    assert x[roost + enc.M_DAMAGE] == 0.0
-    assert x[flame + enc.M_KO] == 0.0
-    foe._current_hp, foe._max_hp = 10, 100
-    x = enc.encode(b)
-    assert x[flame + enc.M_KO] == 1.0 and x[flame + enc.M_DAMAGE] == 1.0  # clipped at 2x HP
-
-
 def test_encoder_side_state_is_the_reward_side_state():
     """The reward shaping reads HP and faints from the encoder's pass; it must be what
     rewards.side_state computes on its own (unrevealed opponents at full HP)."""
