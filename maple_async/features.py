@@ -28,6 +28,8 @@ Deriving an observation twice gives the same observation.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import encoding as enc
@@ -36,15 +38,49 @@ _PAR = enc.P_STATUS + enc.STATUS_INDEX[enc.Status.PAR]
 _BRN = enc.P_STATUS + enc.STATUS_INDEX[enc.Status.BRN]
 _TYPES = slice(enc.P_TYPES, enc.P_TYPES + enc.N_TYPES)
 _STATS = slice(enc.P_STATS, enc.P_STATS + len(enc.STATS))
-_BOOSTS = slice(enc.P_BOOSTS, enc.P_BOOSTS + len(enc.BOOSTS))
-_HP, _ATK, _DEF, _SPA, _SPD, _SPE = range(6)  # in STATS
-_B_ATK, _B_DEF, _B_SPA, _B_SPD, _B_SPE = (enc.BOOSTS.index(k) for k in ("atk", "def", "spa", "spd", "spe"))
+_HP, _SPE = 0, 5  # in STATS
+assert enc.STATS[1:] == ("atk", "def", "spa", "spd", "spe") == enc.BOOSTS[:5]
 
-# Per defending type (row), per attacking type (column): log2 of the multiplier, and
-# -1000 where immune. A defender's multi-hot types times this give, per attacking type,
-# the log2 multiplier against it (< -500: immune).
-_eff = enc.EFFECTIVENESS.astype(np.float64)
-LOG_EFF = (np.log2(np.where(_eff > 0, _eff, 1.0)) - 1000.0 * (_eff == 0)).T.astype(np.float32)
+# Type combinations: a Pokémon has at most two types (tera: one). A block's types
+# multi-hot times _KEY_W gives (sum of u, sum of u^2) over its types (u = type index + 1),
+# which tells every set of at most two types apart (and no type: 0); _COMBO maps that key to
+# an index into _SETS, whose entry 0 is the empty set.
+_SETS = [()] + [(a,) for a in range(enc.N_TYPES)] + [
+    (a, b) for a in range(enc.N_TYPES) for b in range(a + 1, enc.N_TYPES)]
+_KEY_W = np.stack([np.arange(1, enc.N_TYPES + 1), np.arange(1, enc.N_TYPES + 1) ** 2], 1).astype(np.float32)
+_KEY_STRIDE = 1 + 2 * enc.N_TYPES ** 2
+_COMBO = np.zeros(_KEY_STRIDE * (2 * enc.N_TYPES + 1), np.intp)
+for _c, _set in enumerate(_SETS):
+    _COMBO[sum(t + 1 for t in _set) * _KEY_STRIDE + sum((t + 1) ** 2 for t in _set)] = _c
+
+
+def _multiplier(att: int, dfn: tuple) -> float:
+    m = 1.0
+    for d in dfn:
+        m *= float(enc.EFFECTIVENESS[att, d])
+    return m
+
+
+def _best_effectiveness(att: tuple, dfn: tuple) -> float:
+    if not att or not dfn:
+        return 0.0
+    best = max(_multiplier(a, dfn) for a in att)
+    return -1.5 if best == 0.0 else math.log2(best) / 2.0
+
+
+# _MATCH[c, o]: (best effectiveness of type set c against o, of o against c).
+_MATCH = np.array([[(_best_effectiveness(c, o), _best_effectiveness(o, c)) for o in _SETS]
+                   for c in _SETS], np.float32)
+# Per move type (0: none, t + 1: type t) and defending type set: log2 of the multiplier
+# (-1000: immune; 0 for a move without a type or a defender without one) and STAB.
+_MOVE_LOG = np.zeros((enc.N_TYPES + 1, len(_SETS)), np.float32)
+_STAB = np.zeros((enc.N_TYPES + 1, len(_SETS)), bool)
+for _c, _set in enumerate(_SETS):
+    for _t in range(enc.N_TYPES):
+        _m = _multiplier(_t, _set)
+        _MOVE_LOG[_t + 1, _c] = math.log2(_m) if _m else -1000.0
+        _STAB[_t + 1, _c] = _t in _set
+_MOVE_KEY = np.arange(1, enc.N_TYPES + 1, dtype=np.float32)
 
 # Every column derive() writes (the encoder leaves them at zero).
 DERIVED_COLUMNS = np.array(
@@ -56,16 +92,6 @@ DERIVED_COLUMNS = np.array(
 def _boost(b: np.ndarray) -> np.ndarray:
     """Stat multiplier of boost stage ``b`` (-6..6)."""
     return np.where(b >= 0, (2.0 + b) / 2.0, 2.0 / (2.0 - np.minimum(b, 0.0)))
-
-
-def _best(att: np.ndarray, table: np.ndarray, dfn_known: np.ndarray) -> np.ndarray:
-    """Best effectiveness (log2 / 2; -1.5 when every attacking type is immune) of the
-    attacking types ``att`` (multi-hot) against a defender whose per-attacking-type log2
-    multipliers are ``table`` (< -500: immune); 0 when either has no known type."""
-    best = (table + (att - 1.0) * 1000.0).max(-1)
-    out = np.where(best < -500.0, -1.5, best * 0.5)
-    out[~((att.sum(-1) > 0) & dfn_known)] = 0.0
-    return out
 
 
 def derive(obs: np.ndarray) -> np.ndarray:
@@ -82,59 +108,57 @@ def derive(obs: np.ndarray) -> np.ndarray:
     act = poke[..., enc.P_ACTIVE] > 0
     has = act.any(-1)
     both = has[:, 0] & has[:, 1]
-    # Each side's active block (zeros for a side without one), and the other side's.
-    active = poke.reshape(2 * n, 6, enc.POKE_DIM)[np.arange(2 * n), act.argmax(-1).ravel()]
-    active = active.reshape(n, 2, enc.POKE_DIM)
+    # Each side's active block (zeros for a side without one).
+    rows = np.arange(2 * n)
+    ai = act.argmax(-1).ravel()
+    active = poke.reshape(2 * n, 6, enc.POKE_DIM)[rows, ai].reshape(n, 2, enc.POKE_DIM)
     active[~has] = 0.0
-    other = active[:, ::-1]
+
+    # Every block's type set, and the actives'.
+    key = np.rint(poke[..., _TYPES].reshape(-1, enc.N_TYPES) @ _KEY_W)
+    key = key[:, 0] * _KEY_STRIDE + key[:, 1]
+    combo = _COMBO[np.clip(key, 0, len(_COMBO) - 1).astype(np.intp)].reshape(n, 2, 6)
+    a_combo = combo.reshape(2 * n, 6)[rows, ai].reshape(n, 2)
+    a_combo[~has] = 0
 
     # Matchups of every block against the other side's active Pokémon.
-    types = poke[..., _TYPES]
-    flat_types = types.reshape(-1, enc.N_TYPES)
-    table = (flat_types @ LOG_EFF).reshape(types.shape)
-    o_types = np.ascontiguousarray(other[..., _TYPES])
-    o_table = o_types @ LOG_EFF  # [n, side, attacking type]
-    o_known = (o_types.sum(-1) > 0)[..., None]
-    off = _best(types, o_table[:, :, None], o_known)
-    dfn = _best(o_types[:, :, None], table, types.sum(-1) > 0)
+    match = np.empty((n, 2, 6, 3), np.float32)
+    match[..., :2] = _MATCH[combo, a_combo[:, ::-1, None]]
     a_stats = np.rint(active[..., _STATS] * 400.0)
-    a_boosts = np.rint(active[..., _BOOSTS] * 6.0)
-    a_spe = a_stats[..., _SPE] * _boost(a_boosts[..., _B_SPE])
-    a_spe = np.where(active[..., _PAR] > 0, a_spe * 0.5, a_spe)
+    # atk def spa spd spe of each active Pokémon, boosted.
+    b = np.rint(active[..., enc.P_BOOSTS:enc.P_BOOSTS + 5] * 6.0)
+    boosted = a_stats[..., 1:] * np.where(b >= 0, (2.0 + b) / 2.0, 2.0 / (2.0 - np.minimum(b, 0.0)))
+    a_spe = np.where(active[..., _PAR] > 0, boosted[..., 4] * 0.5, boosted[..., 4])
     a_lspe = np.log2(np.maximum(a_spe, 1.0))  # [n, side]
     lspe = np.where(act, a_lspe[..., None],
                     np.log2(np.maximum(np.rint(poke[..., enc.P_STATS + _SPE] * 400.0), 1.0)))
-    spe = np.clip((lspe - a_lspe[:, ::-1, None]) * 0.5, -1.0, 1.0)
-    match = np.stack([off, dfn, spe], -1)
+    match[..., 2] = np.clip((lspe - a_lspe[:, ::-1, None]) * 0.5, -1.0, 1.0)
     match[~((poke[..., enc.P_PRESENT] > 0) & both[:, None, None])] = 0.0
     poke[..., enc.P_MATCH_OFF:enc.P_MATCH_SPE + 1] = match
 
     # The own active Pokémon's moves against the opponent's active Pokémon.
     mv = flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM)
-    mtype = mv[..., enc.M_TYPE:enc.M_TYPE + enc.N_TYPES]
-    typed = mtype.sum(-1) > 0
-    stab = typed & ((mtype * active[:, :1, _TYPES]).sum(-1) > 0)
-    lmult = (mtype * o_table[:, :1]).sum(-1)  # the own side's other = the opponent's active
+    mtype = np.clip(np.rint(mv[..., enc.M_TYPE:enc.M_TYPE + enc.N_TYPES] @ _MOVE_KEY),
+                    0, enc.N_TYPES).astype(np.intp)  # 0: no type, t + 1: type t
+    opp_combo = a_combo[:, 1:]
+    lmult = _MOVE_LOG[mtype, opp_combo]
     immune = lmult < -500.0
+    stab = _STAB[mtype, a_combo[:, :1]]
     physical = mv[..., enc.M_CATEGORY] > 0
-    attacking = typed & (mv[..., enc.M_CATEGORY + 2] <= 0)
-    effective = attacking & o_known[:, 0]
+    attacking = (mtype > 0) & (mv[..., enc.M_CATEGORY + 2] <= 0)
+    effective = attacking & (opp_combo > 0)
     mv[..., enc.M_IMMUNE] = effective & immune
     mv[..., enc.M_EFFECT] = np.where(effective & ~immune, lmult * 0.5, 0.0)
     mv[..., enc.M_STAB] = stab
-    own_s, opp_s, own_b, opp_b = a_stats[:, 0], a_stats[:, 1], a_boosts[:, 0], a_boosts[:, 1]
-    attack = np.where(physical, (own_s[:, _ATK] * _boost(own_b[:, _B_ATK]))[:, None],
-                      (own_s[:, _SPA] * _boost(own_b[:, _B_SPA]))[:, None])
-    defence = np.where(physical, (opp_s[:, _DEF] * _boost(opp_b[:, _B_DEF]))[:, None],
-                       (opp_s[:, _SPD] * _boost(opp_b[:, _B_SPD]))[:, None])
+    attack = np.where(physical, boosted[:, 0, 0:1], boosted[:, 0, 2:3])
+    defence = np.where(physical, boosted[:, 1, 1:2], boosted[:, 1, 3:4])
     level = np.rint(active[:, 0, enc.P_LEVEL] * 100.0)
     power = np.rint(mv[..., enc.M_POWER] * 100.0)
     d = ((2.0 * level / 5.0 + 2.0)[:, None] * power * attack / np.maximum(defence, 1e-6)) / 50.0 + 2.0
-    # (the clip only matters for arrays that are not observations: it keeps them finite)
-    d *= np.exp2(np.clip(lmult, -30.0, 8.0)) * mv[..., enc.M_ACCURACY] * 0.925 * np.where(stab, 1.5, 1.0)
+    d *= np.exp2(np.maximum(lmult, -30.0)) * mv[..., enc.M_ACCURACY] * 0.925 * np.where(stab, 1.5, 1.0)
     d = np.where((active[:, 0, _BRN] > 0)[:, None] & physical, d * 0.5, d)
     hp = active[:, 1, enc.P_HP]  # the opponent's HP fraction (0: unknown, counted full)
-    frac = d / np.maximum(opp_s[:, _HP] * np.where(hp > 0, hp, 1.0), 1.0)[:, None]
+    frac = d / np.maximum(a_stats[:, 1, _HP] * np.where(hp > 0, hp, 1.0), 1.0)[:, None]
     hits = attacking & ~immune & (power > 0) & both[:, None]
     mv[..., enc.M_DAMAGE] = np.where(hits, np.minimum(frac, 2.0) * 0.5, 0.0)
     mv[..., enc.M_KO] = hits & (frac >= 1.0)
