@@ -2,11 +2,13 @@
 
 The encoder (:mod:`maple_async.encoding`) writes what it reads from one battle. The
 columns that are *functions of other columns* it leaves at zero; :func:`derive` fills
-them for a batch of observations with a few dozen numpy operations, whatever the batch
-size. :class:`~maple_async.networks.InferencePolicy` derives every batch before its
-forward pass and the learner derives its rollouts, so the networks always see the complete
-observation. Per battle in Python this was about a third of the encoder's cost; batched it
-is ~10 us per observation at the batch sizes of self-play on a CPU, less on larger batches.
+them for a batch of observations with about sixty numpy calls, whatever the batch size.
+:class:`~maple_async.networks.InferencePolicy` derives every batch before its forward pass
+and the learner derives its rollouts, so the networks always see the complete
+observation. Per battle in Python this was about a third of the encoder's cost. Batched,
+on the 2-core test machine: ~230 us for a batch of 19 and ~5 us per observation from 128
+on, when warm; live at concurrency 64 (cold caches, batches of ~19) it adds 40-70 us per
+decision to the batch's cost, about what it takes off the encoder.
 
 What is derived (the formulas are those documented in :mod:`maple_async.encoding`):
 
