@@ -43,7 +43,6 @@ is pending.
 
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass
 from typing import Optional
@@ -162,7 +161,7 @@ def _move_static(move) -> tuple:
 def _stats(known, base, level: int) -> list:
     """Stats (hp atk def spa spd spe): the request's (``known``) when there (own team),
     otherwise estimated from base stats and level with the EVs/IVs random battles use
-    (84/31); then log2 of the speed."""
+    (84/31)."""
     known = known or {}
     out = []
     for k in STATS:
@@ -171,7 +170,6 @@ def _stats(known, base, level: int) -> list:
             b = base.get(k, 80)
             v = (2 * b + 52) * level // 100 + (level + 10 if k == "hp" else 5)
         out.append(float(v))
-    out.append(math.log2(max(out[5], 1.0)))  # log2 speed, for the speed matchup
     return out
 
 
@@ -230,7 +228,7 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
         row[P_TERASTALLIZED] = 1.0
     row[P_LEVEL] = level / 100.0
     stats = _stats(known, base, level)
-    row[P_STATS:P_STATS + len(STATS)] = stats[:len(STATS)]
+    row[P_STATS:P_STATS + len(STATS)] = stats
     row[P_STATS:P_STATS + len(STATS)] /= 400.0
     if len(_POKE_STATIC) >= _POKE_STATIC_MAX:
         _POKE_STATIC.clear()

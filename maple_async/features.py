@@ -82,7 +82,6 @@ for _c, _set in enumerate(_SETS):
         _m = _multiplier(_t, _set)
         _MOVE_LOG[_t + 1, _c] = math.log2(_m) if _m else -1000.0
         _STAB[_t + 1, _c] = _t in _set
-_MOVE_KEY = np.arange(1, enc.N_TYPES + 1, dtype=np.float32)
 
 # Every column derive() writes (the encoder leaves them at zero).
 DERIVED_COLUMNS = np.array(
@@ -140,7 +139,7 @@ def derive(obs: np.ndarray) -> np.ndarray:
 
     # The own active Pokémon's moves against the opponent's active Pokémon.
     mv = flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM)
-    mtype = np.clip(np.rint(mv[..., enc.M_TYPE:enc.M_TYPE + enc.N_TYPES] @ _MOVE_KEY),
+    mtype = np.clip(np.rint(mv[..., enc.M_TYPE:enc.M_TYPE + enc.N_TYPES] @ _KEY_W[:, 0]),
                     0, enc.N_TYPES).astype(np.intp)  # 0: no type, t + 1: type t
     opp_combo = a_combo[:, 1:]
     lmult = _MOVE_LOG[mtype, opp_combo]
