@@ -251,6 +251,9 @@ def report(s: dict, label: str = "") -> str:
     if "round_ratios" in s:
         lines.append(f"rounds (ceiling and maple-async interleaved): {len(s['round_ratios'])}, ratio per round "
                      + " ".join(f"{r:.3f}" for r in s["round_ratios"]))
+        if math.isfinite(s.get("round_ratio_ci95", float("nan"))):
+            m, h = s["round_ratio_mean"], s["round_ratio_ci95"]
+            lines.append(f"ratio per round, mean and 95% CI:       {m:.3f} ({m - h:.3f} to {m + h:.3f})")
     if "learn_battles_per_s" in s:
         lines.append(f"with learning on:                       {s['learn_battles_per_s']:.2f} battles/s "
                      f"(ratio {s['learn_ratio']:.3f})")
@@ -278,20 +281,27 @@ def progress(msg: str) -> None:
 
 
 async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
-                         ceiling: Optional[Window]) -> tuple[Window, Window, Optional[Window]]:
-    """One round: the ceiling (unless given), the runner and (``learn``) the runner learning.
-    Every phase starts with the same garbage-collector setting (``runner.gc_young_threshold``):
-    the ceiling runs in this process too."""
-    if ceiling is None:
+                         ceiling: Optional[Window], runner_first: bool = False
+                         ) -> tuple[Window, Window, Optional[Window]]:
+    """One round: the ceiling (unless given), the runner and (``learn``) the runner learning;
+    ``runner_first`` measures the runner before the ceiling. Every phase starts with the same
+    garbage-collector setting (``runner.gc_young_threshold``): the ceiling runs in this
+    process too."""
+    async def ceiling_phase():
         tune_gc(cfg.runner.gc_young_threshold)
         progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
                  f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
-        ceiling = await measure_ceiling(url, cfg.runner.concurrency, seconds, warmup_s,
-                                        cfg.runner.battle_format)
+        return await measure_ceiling(url, cfg.runner.concurrency, seconds, warmup_s,
+                                     cfg.runner.battle_format)
+
+    if ceiling is None and not runner_first:
+        ceiling = await ceiling_phase()
     progress(f"maple-async self-play ({cfg.network.kind}, {device}, concurrency "
              f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}), same server")
     tune_gc(cfg.runner.gc_young_threshold)
     runner = await measure_runner(url, cfg, device, seconds, warmup_s)
+    if ceiling is None:
+        ceiling = await ceiling_phase()
     learn_w = None
     if learn:
         progress("maple-async self-play with learning on")
@@ -303,21 +313,43 @@ async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bo
 async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
                     ceiling: Optional[Window] = None, repeats: int = 1) -> tuple[dict, Window]:
     """Ceiling, runner (and learn) windows. With ``repeats > 1`` the rounds are measured
-    that many times, interleaved, each with its own ceiling (a given ``ceiling`` is not
-    reused), and the windows are pooled (the box's own drift between phases then averages
-    out); the per-round ratios are reported too."""
+    that many times, each with its own ceiling (a given ``ceiling`` is not reused), in
+    alternating order (ceiling first in rounds 1, 3, ..., maple-async first in rounds 2, 4,
+    ...: a machine that speeds up or slows down during the run then biases neither side),
+    and the windows are pooled (the box's own drift between phases averages out); the
+    per-round ratios, their mean and its 95% confidence interval are reported too."""
     rounds = []
     for i in range(repeats):
         if repeats > 1:
             progress(f"round {i + 1}/{repeats}")
         rounds.append(await _measure_round(cfg, device, seconds, warmup_s, learn, url,
-                                           ceiling if repeats == 1 else None))
+                                           ceiling if repeats == 1 else None,
+                                           runner_first=repeats > 1 and i % 2 == 1))
     pooled = [functools.reduce(operator.add, ws) if ws[0] is not None else None
               for ws in zip(*rounds)]
     out = summarise(*pooled)
     if repeats > 1:
         out["round_ratios"] = [ratio(r.battles_per_s, c.battles_per_s) for c, r, _ in rounds]
+        out["round_ratio_mean"], out["round_ratio_ci95"] = mean_ci95(out["round_ratios"])
     return out, pooled[0]
+
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (beyond: 1.96).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """Mean of ``values`` and the half-width of its 95% confidence interval (Student's t;
+    NaN for fewer than two finite values)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=np.float64)
+    if len(v) == 0:
+        return float("nan"), float("nan")
+    if len(v) < 2:
+        return float(v.mean()), float("nan")
+    t = _T95[len(v) - 2] if len(v) - 1 <= len(_T95) else 1.96
+    return float(v.mean()), float(t * v.std(ddof=1) / math.sqrt(len(v)))
 
 
 # Rounds whose ratios differ by more than this factor are reported (see problems()).

@@ -1,3 +1,4 @@
+import asyncio
 import json
 import math
 import subprocess
@@ -58,6 +59,48 @@ def test_rounds_that_disagree_are_a_warning():
     s["round_ratios"] = [1.065, 1.424]
     errors, warnings = bench.problems(s)
     assert errors == [] and len(warnings) == 1 and "1.065 to 1.424" in warnings[0]
+
+
+def test_mean_ci95_of_round_ratios():
+    m, h = bench.mean_ci95([0.9, 1.1])
+    assert m == pytest.approx(1.0) and h == pytest.approx(12.706 * 0.1 * 2 ** 0.5 / 2 ** 0.5)
+    m, h = bench.mean_ci95([0.8, 0.9, 1.0, float("nan")])  # NaN rounds are left out
+    assert m == pytest.approx(0.9) and h == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
+    m, h = bench.mean_ci95([1.0] * 40)  # beyond the table: the normal quantile
+    assert m == pytest.approx(1.0) and h == 0.0
+    m, h = bench.mean_ci95([0.7])
+    assert m == 0.7 and math.isnan(h)
+    s = bench.summarise(bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0),
+                        bench.Window(seconds=10, battles=90, decisions=5000, cpu_s=2.0))
+    s["round_ratios"] = [0.8, 1.0]
+    s["round_ratio_mean"], s["round_ratio_ci95"] = bench.mean_ci95(s["round_ratios"])
+    assert "mean and 95% CI:       0.900 (-0.371 to 2.171)" in bench.report(s)
+
+
+def test_repeats_alternate_which_side_is_measured_first(monkeypatch):
+    """A machine that drifts during the run must not favour the side always measured first."""
+    calls = []
+
+    async def ceiling(*a, **k):
+        calls.append("ceiling")
+        return bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0)
+
+    async def runner(*a, **k):
+        calls.append("runner")
+        return bench.Window(seconds=10, battles=90, decisions=900, cpu_s=1.0, batch_sizes=[9])
+
+    monkeypatch.setattr(bench, "measure_ceiling", ceiling)
+    monkeypatch.setattr(bench, "measure_runner", runner)
+    monkeypatch.setattr(bench, "tune_gc", lambda *_: None)
+    from maple_async.config import load
+    cfg = load(None)
+    out, _ = asyncio.run(bench.run_bench(cfg, "cpu", 1.0, 0.0, False, "ws://x", repeats=3))
+    assert calls == ["ceiling", "runner", "runner", "ceiling", "ceiling", "runner"]
+    assert out["round_ratios"] == pytest.approx([0.9, 0.9, 0.9])
+    assert out["round_ratio_mean"] == pytest.approx(0.9) and out["round_ratio_ci95"] == pytest.approx(0.0)
+    calls.clear()
+    asyncio.run(bench.run_bench(cfg, "cpu", 1.0, 0.0, False, "ws://x", repeats=1))
+    assert calls == ["ceiling", "runner"]
 
 
 def test_pooled_windows_are_one_long_window():
