@@ -393,14 +393,19 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
     short = {"runner.concurrency": "concurrency", "batcher.max_wait_ms": "max_wait_ms"}
     keys = list(dict.fromkeys(k for over, _ in rows for k in over)) or ["runner.concurrency"]
     names = [short.get(k, k) for k in keys]
+    ci = any(math.isfinite(s.get("round_ratio_ci95", float("nan"))) for _, s in rows)
     head = " ".join(f"{n:>11}" for n in names) + f" {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
-        f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}"
+        f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}" + (f" {'rounds: mean, 95% CI':>24}" if ci else "")
     out = [head]
     for over, s in rows:
-        out.append(" ".join(f"{str(over.get(k, '-')):>{max(11, len(n))}}" for k, n in zip(keys, names))
-                   + f" {s['ceiling_battles_per_s']:>11.2f} {s['runner_battles_per_s']:>9.2f} {s['ratio']:>6.2f} "
-                   f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} {s['p99_latency_ms']:>7.1f} "
-                   f"{s['cpu_us_per_decision']:>11.0f}")
+        line = (" ".join(f"{str(over.get(k, '-')):>{max(11, len(n))}}" for k, n in zip(keys, names))
+                + f" {s['ceiling_battles_per_s']:>11.2f} {s['runner_battles_per_s']:>9.2f} {s['ratio']:>6.2f} "
+                f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} {s['p99_latency_ms']:>7.1f} "
+                f"{s['cpu_us_per_decision']:>11.0f}")
+        if ci:
+            m, h = s.get("round_ratio_mean", float("nan")), s.get("round_ratio_ci95", float("nan"))
+            line += f" {f'{m:.2f} ({m - h:.2f} to {m + h:.2f})' if math.isfinite(h) else '-':>24}"
+        out.append(line)
     return "\n".join(out)
 
 

@@ -150,3 +150,8 @@ def test_sweep_table_has_a_column_per_swept_key():
     assert lines[0].split()[:2] == ["max_wait_ms", "batcher.offload_min_batch"]
     assert lines[1].split()[:2] == ["2", "16"] and lines[2].split()[:2] == ["2", "999"]
     assert lines[1].split()[4] == "0.90"
+    assert "95% CI" not in lines[0]
+    rows[0] = (rows[0][0], dict(fig, round_ratios=[0.85, 0.95], round_ratio_mean=0.9, round_ratio_ci95=0.05))
+    lines = bench.sweep_table(rows).splitlines()
+    assert lines[0].endswith("rounds: mean, 95% CI")
+    assert lines[1].endswith("0.90 (0.85 to 0.95)") and lines[2].endswith("-")
