@@ -73,7 +73,7 @@ class InferenceBatcher:
     """Dynamic batcher in front of an ``InferencePolicy``-like object (``act``, ``version``)."""
 
     def __init__(self, policy, hidden: HiddenStates, *, max_batch_size: int = 256,
-                 max_wait_ms: float = 2.0, offload_min_batch: int = 16,
+                 max_wait_ms: float = 10.0, offload_min_batch: int = 128,
                  live_count: Optional[Callable[[], int]] = None):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
