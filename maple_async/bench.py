@@ -251,9 +251,8 @@ def report(s: dict, label: str = "") -> str:
     if "round_ratios" in s:
         lines.append(f"rounds (ceiling and maple-async interleaved): {len(s['round_ratios'])}, ratio per round "
                      + " ".join(f"{r:.3f}" for r in s["round_ratios"]))
-        if math.isfinite(s.get("round_ratio_ci95", float("nan"))):
-            m, h = s["round_ratio_mean"], s["round_ratio_ci95"]
-            lines.append(f"ratio per round, mean and 95% CI:       {m:.3f} ({m - h:.3f} to {m + h:.3f})")
+        if round_ci_text(s):
+            lines.append(f"ratio per round, mean and 95% CI:       {round_ci_text(s, 3)}")
     if "learn_battles_per_s" in s:
         lines.append(f"with learning on:                       {s['learn_battles_per_s']:.2f} battles/s "
                      f"(ratio {s['learn_ratio']:.3f})")
@@ -352,6 +351,14 @@ def mean_ci95(values) -> tuple[float, float]:
     return float(v.mean()), float(t * v.std(ddof=1) / math.sqrt(len(v)))
 
 
+def round_ci_text(s: dict, digits: int = 2) -> str:
+    """``"mean (low to high)"`` of a summary's per-round ratios; "" without a finite CI."""
+    m, h = s.get("round_ratio_mean", float("nan")), s.get("round_ratio_ci95", float("nan"))
+    if not math.isfinite(h):
+        return ""
+    return f"{m:.{digits}f} ({m - h:.{digits}f} to {m + h:.{digits}f})"
+
+
 # Rounds whose ratios differ by more than this factor are reported (see problems()).
 ROUND_SPREAD_WARN = 1.2
 
@@ -393,7 +400,7 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
     short = {"runner.concurrency": "concurrency", "batcher.max_wait_ms": "max_wait_ms"}
     keys = list(dict.fromkeys(k for over, _ in rows for k in over)) or ["runner.concurrency"]
     names = [short.get(k, k) for k in keys]
-    ci = any(math.isfinite(s.get("round_ratio_ci95", float("nan"))) for _, s in rows)
+    ci = any(round_ci_text(s) for _, s in rows)
     head = " ".join(f"{n:>11}" for n in names) + f" {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
         f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}" + (f" {'rounds: mean, 95% CI':>24}" if ci else "")
     out = [head]
@@ -403,8 +410,7 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
                 f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} {s['p99_latency_ms']:>7.1f} "
                 f"{s['cpu_us_per_decision']:>11.0f}")
         if ci:
-            m, h = s.get("round_ratio_mean", float("nan")), s.get("round_ratio_ci95", float("nan"))
-            line += f" {f'{m:.2f} ({m - h:.2f} to {m + h:.2f})' if math.isfinite(h) else '-':>24}"
+            line += f" {round_ci_text(s) or '-':>24}"
         out.append(line)
     return "\n".join(out)
 
