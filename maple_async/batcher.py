@@ -6,7 +6,10 @@ requests and flushes a batch when
 
 * the batch is full (``max_batch_size``), or
 * every live battle side is waiting (nothing else can arrive), or
-* ``max_wait_ms`` have passed since the *first* pending request arrived,
+* the max wait has passed since the *first* pending request arrived: ``max_wait_ms``, or
+  with ``wait_per_side_ms`` > 0, ``min(max_wait_ms, wait_per_side_ms x live sides)``, so
+  that batches grow with the battles in flight while a few battles are not kept waiting
+  for requests that come slowly,
 
 then runs one forward pass for the whole batch and resolves the futures. Large batches
 run their forward pass in a worker thread so the event loop keeps serving websockets.
@@ -51,13 +54,15 @@ class BatcherStats:
     batches: int = 0
     decisions: int = 0
     reasons: Counter = field(default_factory=Counter)  # full / all_waiting / timeout
+    wait_limit_s: float = 0.0  # sum over batches of the max wait in effect at the flush
     batch_sizes: list = field(default_factory=list)  # one entry per batch (bounded)
     forward_s: float = 0.0  # CPU seconds: stacking + forward pass + resolving futures
     failed_batches: int = 0
     failed_decisions: int = 0
 
-    def record(self, size: int, reason: str, forward_s: float) -> None:
+    def record(self, size: int, reason: str, forward_s: float, wait_limit_s: float = 0.0) -> None:
         self.batches += 1
+        self.wait_limit_s += wait_limit_s
         self.decisions += size
         self.reasons[reason] += 1
         self.forward_s += forward_s
@@ -68,19 +73,27 @@ class BatcherStats:
     def mean_batch_size(self) -> float:
         return self.decisions / self.batches if self.batches else 0.0
 
+    @property
+    def mean_wait_limit_ms(self) -> float:
+        return 1000.0 * self.wait_limit_s / self.batches if self.batches else 0.0
+
 
 class InferenceBatcher:
     """Dynamic batcher in front of an ``InferencePolicy``-like object (``act``, ``version``)."""
 
     def __init__(self, policy, hidden: HiddenStates, *, max_batch_size: int = 256,
-                 max_wait_ms: float = 10.0, offload_min_batch: int = 128,
+                 max_wait_ms: float = 50.0, wait_per_side_ms: float = 0.15,
+                 offload_min_batch: int = 128,
                  live_count: Optional[Callable[[], int]] = None):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
+        if max_wait_ms < 0 or wait_per_side_ms < 0:
+            raise ValueError("max_wait_ms and wait_per_side_ms must be >= 0")
         self.policy = policy
         self.hidden = hidden
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
+        self.wait_per_side_s = wait_per_side_ms / 1000.0
         self.offload_min_batch = offload_min_batch
         # Live battle sides that may still ask; default: those holding a hidden state.
         self.live_count = live_count or (lambda: len(self.hidden))
@@ -145,15 +158,25 @@ class InferenceBatcher:
         self._pending.clear()
         self._executor.shutdown(wait=False)
 
+    def wait_limit_s(self, live: Optional[int] = None) -> float:
+        """How long a batch may wait after its first request, with ``live`` battle sides
+        (default: ``live_count()``)."""
+        if not self.wait_per_side_s:
+            return self.max_wait_s
+        if live is None:
+            live = self.live_count()
+        return min(self.max_wait_s, self.wait_per_side_s * live)
+
     def _flush_reason(self, now: float) -> Optional[str]:
         n = len(self._pending)
         if n == 0:
             return None
         if n >= self.max_batch_size:
             return "full"
-        if n >= self.live_count():
+        live = self.live_count()
+        if n >= live:
             return "all_waiting"
-        if now - self._pending[0].arrived >= self.max_wait_s:
+        if now - self._pending[0].arrived >= self.wait_limit_s(live):
             return "timeout"
         return None
 
@@ -165,7 +188,7 @@ class InferenceBatcher:
             if reason is None:
                 self._wakeup.clear()
                 if self._pending:
-                    remaining = self._pending[0].arrived + self.max_wait_s - time.perf_counter()
+                    remaining = self._pending[0].arrived + self.wait_limit_s() - time.perf_counter()
                     timer = asyncio.get_running_loop().call_later(max(remaining, 0.0), self._wakeup.set)
                     try:
                         await self._wakeup.wait()
@@ -191,6 +214,7 @@ class InferenceBatcher:
 
     async def _flush(self, batch: list[_Request], reason: str) -> None:
         c0 = time.thread_time()
+        wait_limit = self.wait_limit_s()
         keys = [r.key for r in batch]
         gens = [r.generation for r in batch]
         obs = np.stack([r.obs for r in batch])
@@ -224,4 +248,4 @@ class InferenceBatcher:
                 put(r.key, r.generation, new_hidden[i])
             if not r.future.done():
                 r.future.set_result(Decision(int(actions[i]), float(logps[i]), float(values[i]), version))
-        self.stats.record(len(batch), reason, time.thread_time() - c0)
+        self.stats.record(len(batch), reason, time.thread_time() - c0, wait_limit)

@@ -55,6 +55,8 @@ class Window(Rates):
     forward_s: float = 0.0
     bookkeeping_s: float = 0.0
     in_flight: float = 0.0  # mean battles in flight during the window
+    batches: int = 0  # inference batches flushed in the window
+    wait_limit_s: float = 0.0  # sum over those batches of the batcher's max wait at the flush
 
     def us_per_decision(self, seconds: float) -> float:
         return 1e6 * seconds / self.decisions if self.decisions else float("nan")
@@ -74,6 +76,7 @@ class Window(Rates):
             latencies=self.latencies + other.latencies,
             encode_s=self.encode_s + other.encode_s, forward_s=self.forward_s + other.forward_s,
             bookkeeping_s=self.bookkeeping_s + other.bookkeeping_s,
+            batches=self.batches + other.batches, wait_limit_s=self.wait_limit_s + other.wait_limit_s,
             in_flight=(self.in_flight * self.seconds + other.in_flight * other.seconds) / total
             if total > 0 else 0.0)
 
@@ -178,7 +181,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     def snap():
         return {"b": p1.results["won"] + p1.results["lost"] + p1.results["tied"], "d": st.decisions,
                 "nb": len(bs.batch_sizes), "nl": len(st.latencies), "t": st.timed, "enc": st.encode_s,
-                "fwd": bs.forward_s, "book": st.bookkeeping_s}
+                "fwd": bs.forward_s, "book": st.bookkeeping_s, "nbt": bs.batches, "wl": bs.wait_limit_s}
     try:
         s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
     finally:
@@ -194,6 +197,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
                   latencies=st.latencies[s0["nl"]:s1["nl"]], timed=s1["t"] - s0["t"],
                   encode_s=s1["enc"] - s0["enc"],
                   forward_s=s1["fwd"] - s0["fwd"], bookkeeping_s=s1["book"] - s0["book"],
+                  batches=s1["nbt"] - s0["nbt"], wait_limit_s=s1["wl"] - s0["wl"],
                   in_flight=inflight)
 
 
@@ -209,6 +213,11 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -
         "p50_batch_size": percentile(runner.batch_sizes, 50),
         "p95_batch_size": percentile(runner.batch_sizes, 95),
         "battles_in_flight": runner.in_flight,
+        # mean batch as a share of the battles in flight (a battle has two sides here)
+        "batch_share_of_in_flight": ratio(float(np.mean(runner.batch_sizes)) if runner.batch_sizes else 0.0,
+                                          runner.in_flight),
+        # the batcher's max wait after a batch's first request, averaged over batches
+        "mean_wait_limit_ms": 1e3 * runner.wait_limit_s / runner.batches if runner.batches else float("nan"),
         "p50_latency_ms": 1e3 * percentile(runner.latencies, 50),
         "p99_latency_ms": 1e3 * percentile(runner.latencies, 99),
         # encode + bookkeeping: the Python work maple-async adds per decision
@@ -238,7 +247,8 @@ def report(s: dict, label: str = "") -> str:
         f"{s['decisions_ratio']:.3f} (decisions)",
         f"inference batch size:                   mean {s['mean_batch_size']:.1f}, "
         f"p50 {s['p50_batch_size']:.0f}, p95 {s['p95_batch_size']:.0f} "
-        f"(battles in flight {s['battles_in_flight']:.0f})",
+        f"(battles in flight {s['battles_in_flight']:.0f}: {100 * s.get('batch_share_of_in_flight', float('nan')):.0f}%; "
+        f"max wait {s.get('mean_wait_limit_ms', float('nan')):.1f} ms)",
         f"decision latency (request -> order):    p50 {s['p50_latency_ms']:.1f} ms, "
         f"p99 {s['p99_latency_ms']:.1f} ms",
         f"CPU per decision:                       encode {s['encode_us_per_decision']:.0f} us, "
@@ -263,6 +273,7 @@ def parse_sweep(spec: str) -> list[dict]:
     """``"concurrency=8,32 max_wait_ms=0,2"`` -> every combination as override dicts."""
     from .config import ConfigError
     aliases = {"concurrency": "runner.concurrency", "max_wait_ms": "batcher.max_wait_ms",
+               "wait_per_side_ms": "batcher.wait_per_side_ms",
                "max_batch_size": "batcher.max_batch_size", "network": "network.kind"}
     axes = []
     for part in spec.split():
@@ -296,7 +307,8 @@ async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bo
     if ceiling is None and not runner_first:
         ceiling = await ceiling_phase()
     progress(f"maple-async self-play ({cfg.network.kind}, {device}, concurrency "
-             f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}), same server")
+             f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}, wait_per_side_ms "
+             f"{cfg.batcher.wait_per_side_ms}), same server")
     tune_gc(cfg.runner.gc_young_threshold)
     runner = await measure_runner(url, cfg, device, seconds, warmup_s)
     if ceiling is None:
@@ -397,17 +409,19 @@ def check_finite_positive(summary: dict) -> list[str]:
 def sweep_table(rows: list[tuple[dict, dict]]) -> str:
     """One row per combination: the swept settings (every key that was swept), then the
     figures."""
-    short = {"runner.concurrency": "concurrency", "batcher.max_wait_ms": "max_wait_ms"}
+    short = {"runner.concurrency": "concurrency", "batcher.max_wait_ms": "max_wait_ms",
+             "batcher.wait_per_side_ms": "wait_per_side_ms"}
     keys = list(dict.fromkeys(k for over, _ in rows for k in over)) or ["runner.concurrency"]
     names = [short.get(k, k) for k in keys]
     ci = any(round_ci_text(s) for _, s in rows)
     head = " ".join(f"{n:>11}" for n in names) + f" {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
-        f"{'dec/s':>6} {'batch':>6} {'p99 ms':>7} {'enc+book us':>11}" + (f" {'rounds: mean, 95% CI':>24}" if ci else "")
+        f"{'dec/s':>6} {'batch':>6} {'wait ms':>7} {'p99 ms':>7} {'enc+book us':>11}" + (f" {'rounds: mean, 95% CI':>24}" if ci else "")
     out = [head]
     for over, s in rows:
         line = (" ".join(f"{str(over.get(k, '-')):>{max(11, len(n))}}" for k, n in zip(keys, names))
                 + f" {s['ceiling_battles_per_s']:>11.2f} {s['runner_battles_per_s']:>9.2f} {s['ratio']:>6.2f} "
-                f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} {s['p99_latency_ms']:>7.1f} "
+                f"{s['decisions_per_s']:>6.0f} {s['mean_batch_size']:>6.1f} "
+                f"{s.get('mean_wait_limit_ms', float('nan')):>7.1f} {s['p99_latency_ms']:>7.1f} "
                 f"{s['cpu_us_per_decision']:>11.0f}")
         if ci:
             line += f" {round_ci_text(s) or '-':>24}"

@@ -23,7 +23,8 @@ SHORT_FLAGS = {
     # flag: (config key, help)
     "--concurrency": ("runner.concurrency", "battles in flight per player"),
     "--max-batch-size": ("batcher.max_batch_size", "largest inference batch"),
-    "--max-wait-ms": ("batcher.max_wait_ms", "flush a batch this long after its first request"),
+    "--max-wait-ms": ("batcher.max_wait_ms", "flush a batch at most this long after its first request "
+                      "(the wait is min(this, --batcher.wait_per_side_ms x live battle sides))"),
     "--device": ("runner.device", "auto | cpu | cuda | mps"),
     "--server": ("server.url", "URL of a running Showdown server (default: start a managed one)"),
     "--network": ("network.kind", "mlp | lstm | attention"),
@@ -269,7 +270,8 @@ async def _bench(cfg, args) -> int:
                 c, device, args.seconds, args.warmup, args.learn, url,
                 ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats)
             summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
-                           max_wait_ms=c.batcher.max_wait_ms, max_batch_size=c.batcher.max_batch_size)
+                           max_wait_ms=c.batcher.max_wait_ms, wait_per_side_ms=c.batcher.wait_per_side_ms,
+                           max_batch_size=c.batcher.max_batch_size)
             rows.append((over, summary))
             if not args.sweep and args.json != "-":
                 print(bench.report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency})"))

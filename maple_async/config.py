@@ -55,11 +55,20 @@ class RunnerConfig:
 @dataclass
 class BatcherConfig:
     max_batch_size: int = 256
-    # Measured from the first pending request. 10 rather than 2: on the 2-core machine at
-    # concurrency 64 (bench, 4 rounds each, same run) batches grow from 18 to 28, batch +
-    # forward CPU per decision falls from 199 to 151 us and the ratio to the ceiling from
-    # 0.90 to 0.95 (means of the rounds); decision latency p50 21 -> 23 ms.
-    max_wait_ms: float = 10.0
+    # How long a batch may wait after its *first* pending request:
+    # min(max_wait_ms, wait_per_side_ms x live battle sides); wait_per_side_ms 0 = always
+    # max_wait_ms. Scaling with the sides in flight keeps a fixed share of the battles
+    # waiting on the batcher: with N battles in flight on a saturated server a turn takes
+    # ~N times longer, so a wait that is harmless at 128 battles would stall 8. Measured on
+    # the 2-core machine (bench, 4 rounds each, 2026-11-23): at concurrency 128 a fixed
+    # 10 ms gave batches of 38-41 (30-32% of the battles in flight), 30 ms 64 and 40 ms 75
+    # (58%), with ratios to the ceiling 0.89-0.98 / 0.92 / 0.91, all inside the rounds'
+    # noise; at concurrency 64, 10 / 40 ms gave batches of 31 / 57 and ratios 0.99 / 0.95;
+    # earlier, 2 ms gave 0.89-0.90 with batches of 18 and ~50 us more forward CPU per
+    # decision. With these defaults: 19 ms at concurrency 64 self-play (128 sides), 38 ms
+    # at 128, 2.4 ms at 8.
+    max_wait_ms: float = 50.0
+    wait_per_side_ms: float = 0.15
     # Batches at least this large run their forward pass in a worker thread so the
     # event loop keeps serving websockets; smaller ones run inline. Inline is cheaper
     # than it looks: an offloaded forward waits for the GIL at every torch op while the
@@ -169,6 +178,7 @@ _POSITIVE = (
 _NON_NEGATIVE = (
     "runner.gc_young_threshold",
     "batcher.max_wait_ms",
+    "batcher.wait_per_side_ms",
     "server.port",
     "ppo.bptt_length",
     "ppo.clip_coef",

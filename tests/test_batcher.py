@@ -33,8 +33,11 @@ def _req(batcher, hs, key, value):
 
 
 async def _with_batcher(live, **kw):
+    """A started batcher that sees ``live`` live sides; a fixed max wait unless
+    ``wait_per_side_ms`` is given."""
     hs = HiddenStates(2)
     pol = EchoPolicy()
+    kw.setdefault("wait_per_side_ms", 0.0)
     b = InferenceBatcher(pol, hs, live_count=lambda: live, **kw)
     b.start()
     await asyncio.sleep(0)
@@ -81,6 +84,37 @@ async def test_timeout_measured_from_first_request():
     assert wait * 0.95 <= flushed_at < 0.30, flushed_at
     assert pol.batches[0][1] == [1, 2]
     assert b.stats.reasons == {"timeout": 1}
+    await b.close()
+
+
+def test_wait_limit_scales_with_live_sides_up_to_max_wait():
+    hs = HiddenStates(2)
+    live = [0]
+    b = InferenceBatcher(EchoPolicy(), hs, max_wait_ms=50, wait_per_side_ms=0.15,
+                         live_count=lambda: live[0])
+    for sides, want_ms in ((16, 2.4), (128, 19.2), (256, 38.4), (400, 50.0), (10_000, 50.0)):
+        live[0] = sides
+        assert b.wait_limit_s() == pytest.approx(want_ms / 1000), sides
+    assert b.wait_limit_s(live=100) == pytest.approx(0.015)
+    fixed = InferenceBatcher(EchoPolicy(), hs, max_wait_ms=7, wait_per_side_ms=0, live_count=lambda: 1000)
+    assert fixed.wait_limit_s() == pytest.approx(0.007)
+    with pytest.raises(ValueError):
+        InferenceBatcher(EchoPolicy(), hs, wait_per_side_ms=-1)
+
+
+async def test_scaled_wait_flushes_after_the_per_side_wait_not_max_wait():
+    # 100 live sides x 2 ms = 200 ms, well under max_wait (10 s): the timeout is the former.
+    b, hs, pol = await _with_batcher(live=100, max_batch_size=64, max_wait_ms=10_000,
+                                     wait_per_side_ms=2.0)
+    t0 = time.perf_counter()
+    f1 = _req(b, hs, "a", 1)
+    await asyncio.sleep(0.1)
+    assert not f1.done()  # 100 ms in: the 200 ms wait has not passed
+    await asyncio.wait_for(f1, 5.0)
+    flushed_at = pol.batches[0][0] - t0
+    assert 0.19 <= flushed_at < 2.0, flushed_at
+    assert b.stats.reasons == {"timeout": 1}
+    assert b.stats.mean_wait_limit_ms == pytest.approx(200.0)
     await b.close()
 
 

@@ -21,7 +21,7 @@ def test_summarise_ratios_and_per_decision_split():
     runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=3.0,
                           batch_sizes=[10, 20, 30, 40], latencies=[0.001, 0.002, 0.003],
                           timed=500, encode_s=0.025, forward_s=0.4, bookkeeping_s=0.015,
-                          in_flight=60)
+                          in_flight=50, batches=4, wait_limit_s=0.08)
     s = bench.summarise(ceiling, runner)
     assert s["ceiling_battles_per_s"] == 10 and s["runner_battles_per_s"] == 9
     assert s["ratio"] == pytest.approx(0.9)
@@ -32,6 +32,9 @@ def test_summarise_ratios_and_per_decision_split():
     assert s["cpu_us_per_decision"] == pytest.approx(80)
     assert s["forward_us_per_decision"] == pytest.approx(100)  # forward: every decision
     assert s["p50_latency_ms"] == pytest.approx(2.0)
+    assert s["batch_share_of_in_flight"] == pytest.approx(0.5)  # batch 25, 50 battles
+    assert s["mean_wait_limit_ms"] == pytest.approx(20.0)
+    assert "50%; max wait 20.0 ms" in bench.report(s)
     assert bench.check_finite_positive(s) == []
     s["ratio"] = float("nan")
     assert bench.check_finite_positive(s) == ["ratio"]
@@ -106,9 +109,11 @@ def test_repeats_alternate_which_side_is_measured_first(monkeypatch):
 def test_pooled_windows_are_one_long_window():
     """--repeats pools rounds: rates are totals over total time, not a mean of ratios."""
     a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4],
-                     latencies=[0.01], timed=125, encode_s=0.0125, in_flight=60)
+                     latencies=[0.01], timed=125, encode_s=0.0125, in_flight=60,
+                     batches=1, wait_limit_s=0.01)
     b = bench.Window(seconds=30, battles=150, decisions=2000, cpu_s=2.0, batch_sizes=[8, 12],
-                     latencies=[0.02], timed=250, encode_s=0.025, in_flight=20)
+                     latencies=[0.02], timed=250, encode_s=0.025, in_flight=20,
+                     batches=2, wait_limit_s=0.05)
     p = a + b
     assert p.seconds == 40 and p.battles == 250 and p.decisions == 3000
     assert p.battles_per_s == pytest.approx(6.25)
@@ -116,9 +121,11 @@ def test_pooled_windows_are_one_long_window():
     assert p.in_flight == pytest.approx(30)  # time-weighted
     assert p.timed == 375 and p.us_per_timed(p.encode_s) == pytest.approx(100)
     assert p.us_per_decision(p.cpu_s) == pytest.approx(1000)
+    assert p.batches == 3 and p.wait_limit_s == pytest.approx(0.06)
 
 
 def test_parse_sweep():
+    assert bench.parse_sweep("wait_per_side_ms=0,0.15")[1] == {"batcher.wait_per_side_ms": "0.15"}
     combos = bench.parse_sweep("concurrency=8,32 max_wait_ms=0,2,10")
     assert len(combos) == 6
     assert combos[0] == {"runner.concurrency": "8", "batcher.max_wait_ms": "0"}
@@ -150,6 +157,7 @@ def test_sweep_table_has_a_column_per_swept_key():
     assert lines[0].split()[:2] == ["max_wait_ms", "batcher.offload_min_batch"]
     assert lines[1].split()[:2] == ["2", "16"] and lines[2].split()[:2] == ["2", "999"]
     assert lines[1].split()[4] == "0.90"
+    assert lines[0].split()[9:11] == ["wait", "ms"] and lines[1].split()[7] == "nan"
     assert "95% CI" not in lines[0]
     rows[0] = (rows[0][0], dict(fig, round_ratios=[0.85, 0.95], round_ratio_mean=0.9, round_ratio_ci95=0.05))
     lines = bench.sweep_table(rows).splitlines()
