@@ -73,10 +73,6 @@ class BatcherStats:
     def mean_batch_size(self) -> float:
         return self.decisions / self.batches if self.batches else 0.0
 
-    @property
-    def mean_wait_limit_ms(self) -> float:
-        return 1000.0 * self.wait_limit_s / self.batches if self.batches else 0.0
-
 
 class InferenceBatcher:
     """Dynamic batcher in front of an ``InferencePolicy``-like object (``act``, ``version``)."""

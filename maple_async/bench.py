@@ -202,6 +202,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
 
 
 def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -> dict:
+    mean_batch = float(np.mean(runner.batch_sizes)) if runner.batch_sizes else 0.0
     out = {
         "ceiling_battles_per_s": ceiling.battles_per_s,
         "ceiling_decisions_per_s": ceiling.decisions_per_s,
@@ -209,13 +210,12 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -
         "ratio": ratio(runner.battles_per_s, ceiling.battles_per_s),
         "decisions_per_s": runner.decisions_per_s,
         "decisions_ratio": ratio(runner.decisions_per_s, ceiling.decisions_per_s),
-        "mean_batch_size": float(np.mean(runner.batch_sizes)) if runner.batch_sizes else 0.0,
+        "mean_batch_size": mean_batch,
         "p50_batch_size": percentile(runner.batch_sizes, 50),
         "p95_batch_size": percentile(runner.batch_sizes, 95),
         "battles_in_flight": runner.in_flight,
         # mean batch as a share of the battles in flight (a battle has two sides here)
-        "batch_share_of_in_flight": ratio(float(np.mean(runner.batch_sizes)) if runner.batch_sizes else 0.0,
-                                          runner.in_flight),
+        "batch_share_of_in_flight": ratio(mean_batch, runner.in_flight),
         # the batcher's max wait after a batch's first request, averaged over batches
         "mean_wait_limit_ms": 1e3 * runner.wait_limit_s / runner.batches if runner.batches else float("nan"),
         "p50_latency_ms": 1e3 * percentile(runner.latencies, 50),
