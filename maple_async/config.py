@@ -45,6 +45,9 @@ class RunnerConfig:
     # With fast_battles: the encoder re-reads only the Pokémon that changed since the
     # battle's previous decision (same observation; encoding.py). Off: read all each time.
     incremental_encode: bool = True
+    # Our players' orders sent in one event-loop iteration (the battles one batch resolves)
+    # leave in one socket write instead of one each (same frames, same order; coalesce.py).
+    coalesce_sends: bool = True
     # Python's cyclic GC: objects alive at start-up (poke-env's data tables, torch) are frozen
     # out of collections, and young objects are collected every this many allocations
     # instead of 700 (0: Python's defaults). See runner.tune_gc.

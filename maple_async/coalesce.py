@@ -1,0 +1,85 @@
+"""One socket write per event-loop iteration for a player's websocket.
+
+When the batcher resolves a batch, every battle in it sends its order in the same
+event-loop iteration: poke-env's ``PSClient.send_message`` awaits ``websocket.send`` once
+per order, and the websockets library writes each frame to the transport at once, which
+costs a ``send`` system call per order (loopback TCP does the receiving side's work in that
+call too) and wakes Showdown's process once per order.
+
+:func:`coalesce_sends` gives a player's client a transport wrapper that keeps the frames
+written during one iteration and writes them together, in order, from a callback scheduled
+at the first of them (``loop.call_soon``: it runs after the callbacks already queued, i.e.
+after every battle resumed by the same batch has written). The bytes on the wire are the
+same frames in the same order; only their grouping into writes changes. Close, half-close
+and abort keep their meaning (pending frames go out before a close or half-close; an abort
+drops them, as it drops the transport's own buffer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class CoalescingTransport:
+    """Wraps an ``asyncio.Transport``: ``write`` defers to one joined write per loop
+    iteration; every other attribute is the wrapped transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self.transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self.writes = 0  # joined writes made (for tests and stats)
+        self.frames = 0  # writes asked for
+
+    def write(self, data) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+        self.frames += 1
+
+    def writelines(self, lines) -> None:
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        """Write what is pending now (a no-op when nothing is)."""
+        if not self._pending:
+            return
+        data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending.clear()
+        self.writes += 1
+        self.transport.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.transport.get_write_buffer_size() + sum(map(len, self._pending))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self.transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self.transport.abort()
+
+    def __getattr__(self, name):
+        return getattr(self.transport, name)
+
+
+def coalesce_sends(client) -> None:
+    """Make a poke-env ``PSClient`` group the frames it writes in one event-loop iteration
+    into one socket write. The websocket is opened later (by ``listen``), so the wrapper is
+    put on its connection at the first send after each (re)connection."""
+    send_message = client.send_message
+
+    async def coalescing_send_message(message: str, room: str = "", message_2=None):
+        ws = getattr(client, "websocket", None)
+        transport = getattr(ws, "transport", None)
+        if transport is not None and not isinstance(transport, CoalescingTransport):
+            ws.transport = CoalescingTransport(transport, asyncio.get_running_loop())
+        await send_message(message, room, message_2)
+
+    client.send_message = coalescing_send_message

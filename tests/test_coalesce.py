@@ -1,0 +1,93 @@
+"""Orders sent in one event-loop iteration leave in one socket write (maple_async/coalesce.py)."""
+
+import asyncio
+
+import websockets
+from websockets.asyncio.server import serve
+
+from maple_async.coalesce import CoalescingTransport, coalesce_sends
+
+
+class FakeTransport:
+    def __init__(self):
+        self.log = []
+
+    def write(self, data):
+        self.log.append(("write", bytes(data)))
+
+    def write_eof(self):
+        self.log.append(("eof",))
+
+    def close(self):
+        self.log.append(("close",))
+
+    def abort(self):
+        self.log.append(("abort",))
+
+    def get_write_buffer_size(self):
+        return 7
+
+    def is_closing(self):
+        return False
+
+
+async def test_writes_in_one_iteration_become_one_write_in_order():
+    raw = FakeTransport()
+    t = CoalescingTransport(raw, asyncio.get_running_loop())
+    t.write(b"ab")
+    t.write(memoryview(b"cd"))
+    t.writelines([b"e", b"f"])
+    assert raw.log == [] and t.get_write_buffer_size() == 7 + 6
+    await asyncio.sleep(0)
+    assert raw.log == [("write", b"abcdef")]
+    t.write(b"g")  # a later iteration: its own write
+    await asyncio.sleep(0)
+    assert raw.log[1:] == [("write", b"g")]
+    assert (t.frames, t.writes) == (5, 2)
+    assert t.is_closing() is False  # everything else is the wrapped transport's
+
+
+async def test_close_and_eof_send_pending_frames_first_abort_drops_them():
+    for end, expected in (("close", [("write", b"xy"), ("close",)]),
+                          ("write_eof", [("write", b"xy"), ("eof",)]),
+                          ("abort", [("abort",)])):
+        raw = FakeTransport()
+        t = CoalescingTransport(raw, asyncio.get_running_loop())
+        t.write(b"x")
+        t.write(b"y")
+        getattr(t, end)()
+        await asyncio.sleep(0)  # the scheduled flush then finds nothing to write
+        assert raw.log == expected, end
+
+
+async def test_a_real_websocket_receives_every_frame_in_order():
+    """Frames joined into one write are still separate websocket messages on the server, in
+    the order they were sent, and a closing handshake still completes."""
+    got = []
+    done = asyncio.Event()
+
+    async def handler(ws):
+        async for message in ws:
+            got.append(message)
+            if len(got) == 50:
+                done.set()
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+
+        class Client:  # the part of poke-env's PSClient that coalesce_sends touches
+            async def send_message(self, message, room="", message_2=None):
+                await self.websocket.send("|".join([room, message]))
+
+        client = Client()
+        coalesce_sends(client)
+        async with websockets.connect(f"ws://127.0.0.1:{port}") as ws:
+            client.websocket = ws
+            await asyncio.gather(*(client.send_message(f"/choose move {i}", f"battle-{i}")
+                                   for i in range(50)))
+            await asyncio.wait_for(done.wait(), 10)
+            t = ws.transport
+            assert isinstance(t, CoalescingTransport)
+            assert t.frames >= 50 and t.writes < 10, (t.frames, t.writes)
+        assert got == [f"battle-{i}|/choose move {i}" for i in range(50)]
+        assert ws.close_code == 1000  # the close frame went out and the handshake finished
