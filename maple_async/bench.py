@@ -27,6 +27,7 @@ from poke_env.player import RandomPlayer
 
 from .runner import (ForgetfulBaseline, Rates, close_players, fast_kwargs, forfeit_unfinished,
                      player_kwargs, quiet_logger, run_id, tune_gc)
+from .server import group_cpu_s
 
 
 def percentile(values, q: float) -> float:
@@ -57,6 +58,7 @@ class Window(Rates):
     in_flight: float = 0.0  # mean battles in flight during the window
     batches: int = 0  # inference batches flushed in the window
     wait_limit_s: float = 0.0  # sum over those batches of the batcher's max wait at the flush
+    server_cpu_s: float = float("nan")  # CPU time of the managed Showdown's processes (NaN: unknown)
 
     def us_per_decision(self, seconds: float) -> float:
         return 1e6 * seconds / self.decisions if self.decisions else float("nan")
@@ -77,6 +79,7 @@ class Window(Rates):
             encode_s=self.encode_s + other.encode_s, forward_s=self.forward_s + other.forward_s,
             bookkeeping_s=self.bookkeeping_s + other.bookkeeping_s,
             batches=self.batches + other.batches, wait_limit_s=self.wait_limit_s + other.wait_limit_s,
+            server_cpu_s=self.server_cpu_s + other.server_cpu_s,
             in_flight=(self.in_flight * self.seconds + other.in_flight * other.seconds) / total
             if total > 0 else 0.0)
 
@@ -100,8 +103,11 @@ class CountingRandomPlayer(ForgetfulBaseline, RandomPlayer):
 
 
 async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot,
-                      max_warmup_s: float = 120.0) -> tuple[dict, dict, float, float]:
+                      max_warmup_s: float = 120.0, server_pgid: Optional[int] = None
+                      ) -> tuple[dict, dict, float, float]:
     """Play continuously; return snapshots at the window's start and end, and its length.
+    Each snapshot also holds this process's CPU time ("cpu") and the Showdown server's
+    ("server", NaN when ``server_pgid`` is None or its processes can't be read).
 
     The warm-up lasts ``warmup_s`` and at least until one full generation of battles (as
     many as run at once) has finished: all battles start together, so before that the
@@ -115,35 +121,43 @@ async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot,
         while (snapshot()["b"] < p1._max_concurrent_battles
                and time.perf_counter() - t_warm < max_warmup_s and not task.done()):
             await asyncio.sleep(0.5)
-        s0, t0, c0 = snapshot(), time.perf_counter(), time.process_time()
+        s0, t0, c0, v0 = snapshot(), time.perf_counter(), time.process_time(), _server_cpu(server_pgid)
         end = t0 + seconds
         while time.perf_counter() < end:
             await asyncio.sleep(min(0.5, max(end - time.perf_counter(), 0)))
             in_flight.append(sum(not b.finished for b in p1.battles.values()))
-        s1, t1, c1 = snapshot(), time.perf_counter(), time.process_time()
+        s1, t1, c1, v1 = snapshot(), time.perf_counter(), time.process_time(), _server_cpu(server_pgid)
     finally:
         task.cancel()
     s0["cpu"], s1["cpu"] = c0, c1
+    s0["server"], s1["server"] = v0, v1
     return s0, s1, t1 - t0, float(np.mean(in_flight)) if in_flight else 0.0
 
 
+def _server_cpu(pgid: Optional[int]) -> float:
+    v = group_cpu_s(pgid)
+    return float("nan") if v is None else v
+
+
 async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: float,
-                          battle_format: str) -> Window:
+                          battle_format: str, server_pgid: Optional[int] = None) -> Window:
     tag = run_id()
     p1 = CountingRandomPlayer(**player_kwargs(url, f"ceil{tag}a", concurrency, battle_format))
     p2 = CountingRandomPlayer(**player_kwargs(url, f"ceil{tag}b", concurrency, battle_format))
     snap = lambda: {"b": p1.n_finished, "d": p1.n_decisions + p2.n_decisions}  # noqa: E731
     try:
-        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
+        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap,
+                                                 server_pgid=server_pgid)
     finally:
         await forfeit_unfinished([p1, p2])
         await close_players(p1, p2)
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
-                  cpu_s=s1["cpu"] - s0["cpu"], in_flight=inflight)
+                  cpu_s=s1["cpu"] - s0["cpu"], in_flight=inflight,
+                  server_cpu_s=s1["server"] - s0["server"])
 
 
 async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
-                         learn: bool = False) -> Window:
+                         learn: bool = False, server_pgid: Optional[int] = None) -> Window:
     """maple-async self-play (one agent drives both sides), optionally learning."""
     import copy
 
@@ -183,7 +197,8 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
                 "nb": len(bs.batch_sizes), "nl": len(st.latencies), "t": st.timed, "enc": st.encode_s,
                 "fwd": bs.forward_s, "book": st.bookkeeping_s, "nbt": bs.batches, "wl": bs.wait_limit_s}
     try:
-        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap)
+        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap,
+                                                 server_pgid=server_pgid)
     finally:
         stop.set()
         if learn_task is not None:
@@ -198,7 +213,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
                   encode_s=s1["enc"] - s0["enc"],
                   forward_s=s1["fwd"] - s0["fwd"], bookkeeping_s=s1["book"] - s0["book"],
                   batches=s1["nbt"] - s0["nbt"], wait_limit_s=s1["wl"] - s0["wl"],
-                  in_flight=inflight)
+                  in_flight=inflight, server_cpu_s=s1["server"] - s0["server"])
 
 
 def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -> dict:
@@ -227,6 +242,9 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -
         "bookkeeping_us_per_decision": runner.us_per_timed(runner.bookkeeping_s),
         "process_cpu_us_per_decision": runner.us_per_decision(runner.cpu_s),
         "ceiling_process_cpu_us_per_decision": ceiling.us_per_decision(ceiling.cpu_s),
+        # the managed Showdown's CPU (node: server and simulators) per decision (NaN: --server)
+        "server_cpu_us_per_decision": runner.us_per_decision(runner.server_cpu_s),
+        "ceiling_server_cpu_us_per_decision": ceiling.us_per_decision(ceiling.server_cpu_s),
         "window_s": runner.seconds,
     }
     if learn is not None:
@@ -258,6 +276,9 @@ def report(s: dict, label: str = "") -> str:
         f"whole process CPU per decision:         {s['process_cpu_us_per_decision']:.0f} us "
         f"(ceiling: {s['ceiling_process_cpu_us_per_decision']:.0f} us, poke-env parsing included)",
     ]
+    srv, srv_c = s.get("server_cpu_us_per_decision", math.nan), s.get("ceiling_server_cpu_us_per_decision", math.nan)
+    if math.isfinite(srv) and math.isfinite(srv_c):
+        lines.append(f"Showdown CPU per decision:              {srv:.0f} us (ceiling: {srv_c:.0f} us)")
     if "round_ratios" in s:
         lines.append(f"rounds (ceiling and maple-async interleaved): {len(s['round_ratios'])}, ratio per round "
                      + " ".join(f"{r:.3f}" for r in s["round_ratios"]))
@@ -291,7 +312,8 @@ def progress(msg: str) -> None:
 
 
 async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
-                         ceiling: Optional[Window], runner_first: bool = False
+                         ceiling: Optional[Window], runner_first: bool = False,
+                         server_pgid: Optional[int] = None
                          ) -> tuple[Window, Window, Optional[Window]]:
     """One round: the ceiling (unless given), the runner and (``learn``) the runner learning;
     ``runner_first`` measures the runner before the ceiling. Every phase starts with the same
@@ -302,7 +324,7 @@ async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bo
         progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
                  f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
         return await measure_ceiling(url, cfg.runner.concurrency, seconds, warmup_s,
-                                     cfg.runner.battle_format)
+                                     cfg.runner.battle_format, server_pgid)
 
     if ceiling is None and not runner_first:
         ceiling = await ceiling_phase()
@@ -310,32 +332,36 @@ async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bo
              f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}, wait_per_side_ms "
              f"{cfg.batcher.wait_per_side_ms}), same server")
     tune_gc(cfg.runner.gc_young_threshold)
-    runner = await measure_runner(url, cfg, device, seconds, warmup_s)
+    runner = await measure_runner(url, cfg, device, seconds, warmup_s, server_pgid=server_pgid)
     if ceiling is None:
         ceiling = await ceiling_phase()
     learn_w = None
     if learn:
         progress("maple-async self-play with learning on")
         tune_gc(cfg.runner.gc_young_threshold)
-        learn_w = await measure_runner(url, cfg, device, seconds, warmup_s, learn=True)
+        learn_w = await measure_runner(url, cfg, device, seconds, warmup_s, learn=True,
+                                       server_pgid=server_pgid)
     return ceiling, runner, learn_w
 
 
 async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, url: str,
-                    ceiling: Optional[Window] = None, repeats: int = 1) -> tuple[dict, Window]:
+                    ceiling: Optional[Window] = None, repeats: int = 1,
+                    server_pgid: Optional[int] = None) -> tuple[dict, Window]:
     """Ceiling, runner (and learn) windows. With ``repeats > 1`` the rounds are measured
     that many times, each with its own ceiling (a given ``ceiling`` is not reused), in
     alternating order (ceiling first in rounds 1, 3, ..., maple-async first in rounds 2, 4,
     ...: a machine that speeds up or slows down during the run then biases neither side),
     and the windows are pooled (the box's own drift between phases averages out); the
-    per-round ratios, their mean and its 95% confidence interval are reported too."""
+    per-round ratios, their mean and its 95% confidence interval are reported too.
+    ``server_pgid``: the process group of a managed Showdown, whose CPU is then measured."""
     rounds = []
     for i in range(repeats):
         if repeats > 1:
             progress(f"round {i + 1}/{repeats}")
         rounds.append(await _measure_round(cfg, device, seconds, warmup_s, learn, url,
                                            ceiling if repeats == 1 else None,
-                                           runner_first=repeats > 1 and i % 2 == 1))
+                                           runner_first=repeats > 1 and i % 2 == 1,
+                                           server_pgid=server_pgid))
     pooled = [functools.reduce(operator.add, ws) if ws[0] is not None else None
               for ws in zip(*rounds)]
     out = summarise(*pooled)

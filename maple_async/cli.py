@@ -268,7 +268,8 @@ async def _bench(cfg, args) -> int:
             config_mod.validate(c)
             summary, ceilings[c.runner.concurrency] = await bench.run_bench(
                 c, device, args.seconds, args.warmup, args.learn, url,
-                ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats)
+                ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats,
+                server_pgid=server.managed.pid if server.managed is not None else None)
             summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
                            max_wait_ms=c.batcher.max_wait_ms, wait_per_side_ms=c.batcher.wait_per_side_ms,
                            max_batch_size=c.batcher.max_batch_size)

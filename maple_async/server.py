@@ -310,6 +310,34 @@ def _kill_group(pgid: int, timeout: float) -> None:
 
 # -- detached servers for `maple-async server start|stop|status` -------------------------
 
+def group_cpu_s(pgid: Optional[int]) -> Optional[float]:
+    """CPU seconds (user + system) used so far by the live processes of process group
+    ``pgid``: a managed server's node processes (the server and its simulator workers run
+    in the group its start made). None where that can't be read (no ``/proc``, no group)."""
+    if not pgid:
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total, seen = 0, False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        # after the command name (in parentheses, may hold spaces): state, ppid, pgrp, ...
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+            seen = True
+    return total / tick if seen else None
+
+
 def _state_dir(home: Optional[Path] = None) -> Path:
     d = (Path(home) if home else default_home()) / "servers"
     d.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,11 @@ def test_percentile_and_ratio():
 
 
 def test_summarise_ratios_and_per_decision_split():
-    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0)
+    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0, server_cpu_s=4.0)
     runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=3.0,
                           batch_sizes=[10, 20, 30, 40], latencies=[0.001, 0.002, 0.003],
                           timed=500, encode_s=0.025, forward_s=0.4, bookkeeping_s=0.015,
-                          in_flight=50, batches=4, wait_limit_s=0.08)
+                          in_flight=50, batches=4, wait_limit_s=0.08, server_cpu_s=2.0)
     s = bench.summarise(ceiling, runner)
     assert s["ceiling_battles_per_s"] == 10 and s["runner_battles_per_s"] == 9
     assert s["ratio"] == pytest.approx(0.9)
@@ -35,6 +35,13 @@ def test_summarise_ratios_and_per_decision_split():
     assert s["batch_share_of_in_flight"] == pytest.approx(0.5)  # batch 25, 50 battles
     assert s["mean_wait_limit_ms"] == pytest.approx(20.0)
     assert "50%; max wait 20.0 ms" in bench.report(s)
+    assert s["server_cpu_us_per_decision"] == pytest.approx(500)
+    assert s["ceiling_server_cpu_us_per_decision"] == pytest.approx(800)
+    assert "Showdown CPU per decision:              500 us (ceiling: 800 us)" in bench.report(s)
+    # --server (not managed): the server's CPU is unknown, and not printed
+    unknown = bench.summarise(bench.Window(seconds=10, battles=100, decisions=5000), runner)
+    assert math.isnan(unknown["ceiling_server_cpu_us_per_decision"])
+    assert "Showdown CPU" not in bench.report(unknown)
     assert bench.check_finite_positive(s) == []
     s["ratio"] = float("nan")
     assert bench.check_finite_positive(s) == ["ratio"]
@@ -110,10 +117,10 @@ def test_pooled_windows_are_one_long_window():
     """--repeats pools rounds: rates are totals over total time, not a mean of ratios."""
     a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4],
                      latencies=[0.01], timed=125, encode_s=0.0125, in_flight=60,
-                     batches=1, wait_limit_s=0.01)
+                     batches=1, wait_limit_s=0.01, server_cpu_s=1.5)
     b = bench.Window(seconds=30, battles=150, decisions=2000, cpu_s=2.0, batch_sizes=[8, 12],
                      latencies=[0.02], timed=250, encode_s=0.025, in_flight=20,
-                     batches=2, wait_limit_s=0.05)
+                     batches=2, wait_limit_s=0.05, server_cpu_s=3.0)
     p = a + b
     assert p.seconds == 40 and p.battles == 250 and p.decisions == 3000
     assert p.battles_per_s == pytest.approx(6.25)
@@ -122,6 +129,23 @@ def test_pooled_windows_are_one_long_window():
     assert p.timed == 375 and p.us_per_timed(p.encode_s) == pytest.approx(100)
     assert p.us_per_decision(p.cpu_s) == pytest.approx(1000)
     assert p.batches == 3 and p.wait_limit_s == pytest.approx(0.06)
+    assert p.server_cpu_s == pytest.approx(4.5)
+
+
+def test_server_cpu_is_the_process_groups():
+    """The bench's Showdown CPU: every live process of the server's process group (the
+    managed server starts one); None for a group with no process."""
+    from maple_async.server import group_cpu_s
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint(1, flush=True)\ntime.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", burn], start_new_session=True, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"1"  # it has used 0.3 s of CPU, and idles
+        used = group_cpu_s(p.pid)
+        assert used is not None and 0.25 <= used < 5.0, used
+    finally:
+        p.kill()
+        p.wait()
+    assert group_cpu_s(p.pid) is None and group_cpu_s(None) is None
 
 
 def test_parse_sweep():
