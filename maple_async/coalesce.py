@@ -47,6 +47,8 @@ class CoalescingTransport:
             return
         data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending.clear()
+        if self.transport.is_closing():
+            return  # the connection went away meanwhile: what the transport would drop too
         self.writes += 1
         self.transport.write(data)
 

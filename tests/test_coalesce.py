@@ -58,6 +58,12 @@ async def test_close_and_eof_send_pending_frames_first_abort_drops_them():
         getattr(t, end)()
         await asyncio.sleep(0)  # the scheduled flush then finds nothing to write
         assert raw.log == expected, end
+    raw = FakeTransport()
+    t = CoalescingTransport(raw, asyncio.get_running_loop())
+    t.write(b"z")
+    raw.is_closing = lambda: True  # the connection was lost before the flush
+    await asyncio.sleep(0)
+    assert raw.log == [] and t.get_write_buffer_size() == 7
 
 
 async def test_a_real_websocket_receives_every_frame_in_order():
