@@ -169,10 +169,7 @@ class FastBattle(Battle):
     def _update_team_from_request(self, side, strict_battle_tracking: bool = False) -> None:
         skip = self.__dict__.pop("_maple_skip", None)
         if skip:
-            entries = side["pokemon"]
-            keep = [e for k, e in enumerate(entries) if k not in skip]
-            side = dict(side)
-            side["pokemon"] = keep
+            side = {**side, "pokemon": [e for k, e in enumerate(side["pokemon"]) if k not in skip]}
         Battle._update_team_from_request(self, side, strict_battle_tracking)
 
 
