@@ -28,14 +28,11 @@ class CoalescingTransport:
         self.transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
-        self.writes = 0  # joined writes made (for tests and stats)
-        self.frames = 0  # writes asked for
 
     def write(self, data) -> None:
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(bytes(data))
-        self.frames += 1
 
     def writelines(self, lines) -> None:
         for data in lines:
@@ -49,7 +46,6 @@ class CoalescingTransport:
         self._pending.clear()
         if self.transport.is_closing():
             return  # the connection went away meanwhile: what the transport would drop too
-        self.writes += 1
         self.transport.write(data)
 
     def get_write_buffer_size(self) -> int:

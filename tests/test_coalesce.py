@@ -42,8 +42,7 @@ async def test_writes_in_one_iteration_become_one_write_in_order():
     assert raw.log == [("write", b"abcdef")]
     t.write(b"g")  # a later iteration: its own write
     await asyncio.sleep(0)
-    assert raw.log[1:] == [("write", b"g")]
-    assert (t.frames, t.writes) == (5, 2)
+    assert raw.log == [("write", b"abcdef"), ("write", b"g")]  # 5 writes asked, 2 made
     assert t.is_closing() is False  # everything else is the wrapped transport's
 
 
@@ -89,11 +88,13 @@ async def test_a_real_websocket_receives_every_frame_in_order():
         coalesce_sends(client)
         async with websockets.connect(f"ws://127.0.0.1:{port}") as ws:
             client.websocket = ws
+            socket_writes = []
+            raw_write = ws.transport.write  # the loop's own transport (before the wrapper)
+            ws.transport.write = lambda data: (socket_writes.append(len(data)), raw_write(data))
             await asyncio.gather(*(client.send_message(f"/choose move {i}", f"battle-{i}")
                                    for i in range(50)))
             await asyncio.wait_for(done.wait(), 10)
-            t = ws.transport
-            assert isinstance(t, CoalescingTransport)
-            assert t.frames >= 50 and t.writes < 10, (t.frames, t.writes)
+            assert isinstance(ws.transport, CoalescingTransport)
+            assert 1 <= len(socket_writes) < 10, socket_writes  # 50 frames, a few writes
         assert got == [f"battle-{i}|/choose move {i}" for i in range(50)]
         assert ws.close_code == 1000  # the close frame went out and the handshake finished
