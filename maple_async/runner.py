@@ -25,7 +25,7 @@ from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 
 from . import encoding as enc
 from .batcher import InferenceBatcher
-from .coalesce import coalesce_sends
+from .coalesce import coalesce_sends, fair_receive
 from .config import BatcherConfig, RewardConfig
 from .fastbattle import FastBattles
 from .hidden import HiddenStates
@@ -305,13 +305,15 @@ class PolicyPlayer(FastBattles, Player):
     parse requests faster than stock poke-env, to the same state (see :mod:`.fastbattle`)."""
 
     def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
-                 track_changes: bool = True, coalesce: bool = True, **kwargs):
+                 track_changes: bool = True, coalesce: bool = True, fair: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.fast_battles = fast_battles
         self.track_changes = track_changes
         quiet_logger(self)
         if coalesce:
             coalesce_sends(self.ps_client)
+        if fair:
+            fair_receive(self.ps_client)
         self.agent = agent
         self.opponent_name = opponent_name
         # Let |error| records reach the logger so they are counted (and shown).
@@ -375,7 +377,7 @@ def run_id() -> str:
 def fast_kwargs(runner_cfg) -> dict:
     """PolicyPlayer's battle-state options from the ``runner`` config section."""
     return dict(fast_battles=runner_cfg.fast_battles, track_changes=runner_cfg.incremental_encode,
-                coalesce=runner_cfg.coalesce_sends)
+                coalesce=runner_cfg.coalesce_sends, fair=runner_cfg.fair_receive)
 
 
 def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str) -> dict:

@@ -5,7 +5,7 @@ import asyncio
 import websockets
 from websockets.asyncio.server import serve
 
-from maple_async.coalesce import CoalescingTransport, coalesce_sends
+from maple_async.coalesce import CoalescingTransport, coalesce_sends, fair_receive
 
 
 class FakeTransport:
@@ -98,3 +98,55 @@ async def test_a_real_websocket_receives_every_frame_in_order():
             assert 1 <= len(socket_writes) < 10, socket_writes  # 50 frames, a few writes
         assert got == [f"battle-{i}|/choose move {i}" for i in range(50)]
         assert ws.close_code == 1000  # the close frame went out and the handshake finished
+
+
+async def _order_position(fair: bool, n: int = 30) -> int:
+    """A server sends ``n`` messages that all sit buffered on the client; the client runs
+    poke-env's listen loop (a task per message). The first message resolves a decision
+    whose battle then sends its order. Returns how many messages were handled before it."""
+    async def handler(ws):
+        for i in range(n):
+            await ws.send(f"m{i}")
+        await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        events = []
+
+        class Client:  # the part of poke-env's PSClient that fair_receive touches
+            async def send_message(self, message, room="", message_2=None):
+                events.append(message)
+
+        client = Client()
+        if fair:
+            fair_receive(client)
+        async with websockets.connect(f"ws://127.0.0.1:{port}", max_queue=None) as ws:
+            client.websocket = ws
+            await client.send_message("/hello")  # the first send puts the wrapper on
+            events.clear()
+            await asyncio.sleep(0.3)  # every message is buffered now
+            decided = asyncio.get_running_loop().create_future()
+
+            async def handle(message):
+                events.append(message)
+                if message == "m0":
+                    decided.set_result(None)
+
+            async def battle():
+                await decided
+                await client.send_message("/choose move 1")
+
+            order = asyncio.create_task(battle())
+            tasks = []
+            async for message in ws:  # PSClient.listen
+                tasks.append(asyncio.create_task(handle(message)))
+                if len(tasks) == n:
+                    break
+            await asyncio.gather(order, *tasks)
+        assert sorted(events) == sorted([f"m{i}" for i in range(n)] + ["/choose move 1"])
+        return events.index("/choose move 1")
+
+
+async def test_fair_receive_sends_a_resolved_order_before_the_rest_of_a_buffered_wave():
+    assert await _order_position(fair=False) == 30  # stock: after every buffered message
+    assert await _order_position(fair=True) <= 2
