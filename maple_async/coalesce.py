@@ -80,41 +80,43 @@ class CoalescingTransport:
         return getattr(self.transport, name)
 
 
-def coalesce_sends(client) -> None:
-    """Make a poke-env ``PSClient`` group the frames it writes in one event-loop iteration
-    into one socket write. The websocket is opened later (by ``listen``), so the wrapper is
-    put on its connection at the first send after each (re)connection."""
+def _on_each_connection(client, setup) -> None:
+    """Call ``setup(websocket)`` once per connection of a poke-env ``PSClient``: the
+    websocket is opened later (by ``listen``), so at the first send after each
+    (re)connection."""
     send_message = client.send_message
+    last = [None]
 
-    async def coalescing_send_message(message: str, room: str = "", message_2=None):
+    async def send_message_set_up(message: str, room: str = "", message_2=None):
         ws = getattr(client, "websocket", None)
-        transport = getattr(ws, "transport", None)
-        if transport is not None and not isinstance(transport, CoalescingTransport):
-            ws.transport = CoalescingTransport(transport, asyncio.get_running_loop())
+        if ws is not None and ws is not last[0]:
+            last[0] = ws
+            setup(ws)
         await send_message(message, room, message_2)
 
-    client.send_message = coalescing_send_message
+    client.send_message = send_message_set_up
+
+
+def coalesce_sends(client) -> None:
+    """Make a poke-env ``PSClient`` group the frames it writes in one event-loop iteration
+    into one socket write."""
+    def setup(ws):
+        if not isinstance(ws.transport, CoalescingTransport):
+            ws.transport = CoalescingTransport(ws.transport, asyncio.get_running_loop())
+
+    _on_each_connection(client, setup)
 
 
 def fair_receive(client) -> None:
     """Make a poke-env ``PSClient``'s listen loop yield to the event loop before taking
-    each message (see the module docstring). Put on the connection at the first send
-    after each (re)connection, like :func:`coalesce_sends`."""
-    send_message = client.send_message
+    each message (see the module docstring)."""
+    def setup(ws):
+        recv = ws.recv
 
-    async def send_message_fair(message: str, room: str = "", message_2=None):
-        ws = getattr(client, "websocket", None)
-        if ws is not None and not getattr(ws.recv, "maple_fair", False):
-            ws.recv = _fair_recv(ws.recv)
-        await send_message(message, room, message_2)
+        async def fair_recv(*args, **kwargs):
+            await asyncio.sleep(0)
+            return await recv(*args, **kwargs)
 
-    client.send_message = send_message_fair
+        ws.recv = fair_recv
 
-
-def _fair_recv(recv):
-    async def fair_recv(*args, **kwargs):
-        await asyncio.sleep(0)
-        return await recv(*args, **kwargs)
-
-    fair_recv.maple_fair = True
-    return fair_recv
+    _on_each_connection(client, setup)
