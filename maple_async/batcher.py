@@ -78,7 +78,7 @@ class InferenceBatcher:
     """Dynamic batcher in front of an ``InferencePolicy``-like object (``act``, ``version``)."""
 
     def __init__(self, policy, hidden: HiddenStates, *, max_batch_size: int = 256,
-                 max_wait_ms: float = 50.0, wait_per_side_ms: float = 0.15,
+                 max_wait_ms: float = 50.0, wait_per_side_ms: float = 0.2,
                  offload_min_batch: int = 128,
                  live_count: Optional[Callable[[], int]] = None):
         if max_batch_size < 1:

@@ -71,10 +71,12 @@ class BatcherConfig:
     # (58%), with ratios to the ceiling 0.89-0.98 / 0.92 / 0.91, all inside the rounds'
     # noise; at concurrency 64, 10 / 40 ms gave batches of 31 / 57 and ratios 0.99 / 0.95;
     # earlier, 2 ms gave 0.89-0.90 with batches of 18 and ~50 us more forward CPU per
-    # decision. With these defaults: 19 ms at concurrency 64 self-play (128 sides), 38 ms
-    # at 128, 2.4 ms at 8.
+    # decision. With runner.fair_receive on (2026-11-24) the requests arrive less bunched
+    # and batches shrank at the same wait: 0.15 gave 61-65 at concurrency 128 (48-51%),
+    # 0.2 gave 78 (61%) with a ratio of 0.91 (0.95 at 64). With these defaults: 26 ms at
+    # concurrency 64 self-play (128 sides), 50 ms at 128, 3.2 ms at 8.
     max_wait_ms: float = 50.0
-    wait_per_side_ms: float = 0.15
+    wait_per_side_ms: float = 0.2
     # Batches at least this large run their forward pass in a worker thread so the
     # event loop keeps serving websockets; smaller ones run inline. Inline is cheaper
     # than it looks: an offloaded forward waits for the GIL at every torch op while the
