@@ -424,6 +424,16 @@ async def close_players(*players: Player) -> None:
             await asyncio.wait_for(p.ps_client.stop_listening(), 5.0)
         except Exception:  # already closed / never connected
             pass
+        # The listen loop still hands out frames that were buffered before the close (with
+        # fair_receive, one per loop iteration), each as a new handler task: wait for it to
+        # end, so no handler is created after the ones cancelled below.
+        listening = getattr(p.ps_client, "_listening_coroutine", None)
+        if listening is not None:
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(listening), 5.0)
+            except BaseException as e:  # it ended by cancellation or timed out: either way, over
+                if isinstance(e, asyncio.CancelledError) and me is not None and me.cancelling():
+                    raise
         handlers = [t for t in getattr(p.ps_client, "_active_tasks", ()) if t is not me]
         for t in handlers:
             t.cancel()
