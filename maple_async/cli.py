@@ -15,40 +15,40 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import config as config_mod
-from .checkpoint import CheckpointError
-from .config import ConfigError
-from .server import ServerError
+from .errors import UserError
+from .run.process import run_async, setup_process
 
 SHORT_FLAGS = {
-    # flag: (config key, help)
-    "--concurrency": ("runner.concurrency", "battles in flight per player"),
-    "--max-batch-size": ("batcher.max_batch_size", "largest inference batch"),
-    "--max-wait-ms": ("batcher.max_wait_ms", "flush a batch at most this long after its first request "
-                      "(the wait is min(this, --batcher.wait_per_side_ms x live battle sides))"),
-    "--device": ("runner.device", "auto | cpu | cuda | mps"),
-    "--server": ("server.url", "URL of a running Showdown server (default: start a managed one)"),
-    "--network": ("network.kind", "mlp | lstm | attention"),
-    "--opponent": ("runner.opponent", "self | random | max_power | heuristics"),
+    # flag: config key
+    "--concurrency": "runner.concurrency",
+    "--max-batch-size": "batcher.max_batch_size",
+    "--max-wait-ms": "batcher.max_wait_ms",
+    "--device": "runner.device",
+    "--server": "server.url",
+    "--network": "network.kind",
+    "--opponent": "runner.opponent",
 }
 
 
-class UserError(Exception):
-    """An error in what the user asked for; reported in one line."""
-
-
-USER_ERRORS = (UserError, ConfigError, ServerError, CheckpointError)
-
-
 def _add_config_flags(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
-    p.add_argument("--config", help="YAML config (see config/*.yaml)")
-    for flag, (key, help_) in SHORT_FLAGS.items():
-        names = [f"--{key}"] if flag in skip else [flag, f"--{key}"]
-        p.add_argument(*names, dest=key, default=None, metavar="V", help=f"{help_} [{key}]")
-    g = p.add_argument_group("every config key", "override any YAML key as --section.key VALUE")
-    for key, _ann in config_mod.all_keys():
-        if any(key == k for k, _ in SHORT_FLAGS.values()):
-            continue
-        g.add_argument(f"--{key}", dest=key, default=None, metavar="V", help=argparse.SUPPRESS)
+    """``--config`` and one ``--section.key`` flag per config key, grouped by section, each
+    with its meaning and default (and its short form where it has one)."""
+    p.add_argument("--config", help="YAML config (see config/*.yaml); flags override it")
+    short = {k: f for f, k in SHORT_FLAGS.items() if f not in skip}
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, f, _ann in config_mod.declared_keys():
+        section = name.split(".")[0]
+        if section not in groups:
+            groups[section] = p.add_argument_group(f"{section} (config section '{section}')")
+        names = [short[name], f"--{name}"] if name in short else [f"--{name}"]
+        default = f.default if f.default is not None else "unset"
+        meta = f.metadata
+        limits = ", ".join(f"{w} {meta[b]:g}" for b, w in (("gt", ">"), ("ge", ">="), ("le", "<="))
+                           if meta[b] is not None)
+        choices = " | ".join(meta["choices"]) if meta["choices"] else ""
+        extra = "; ".join(x for x in (choices, limits) if x)
+        help_ = meta["help"].replace("%", "%%") + (f" [{extra}]" if extra else "") + f" (default: {default})"
+        groups[section].add_argument(*names, dest=name, default=None, metavar="V", help=help_)
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
@@ -61,33 +61,6 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
                 value = str(raw)
             overrides[key] = value
     return config_mod.load(args.config, overrides)
-
-
-def setup_process(cfg: config_mod.Config):
-    """torch threads, the GC setting and seeds for a battle process; returns the device."""
-    from .networks import resolve_device
-    from .runner import setup_battle_process
-    setup_battle_process(cfg)
-    if cfg.runner.seed is not None:
-        import random
-
-        import numpy as np
-        import torch
-        torch.manual_seed(cfg.runner.seed)
-        np.random.seed(cfg.runner.seed)
-        random.seed(cfg.runner.seed)
-    try:
-        return resolve_device(cfg.runner.device)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-
-
-def run_async(coro) -> Any:
-    try:
-        import uvloop
-        return uvloop.run(coro)
-    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-        return asyncio.run(coro)
 
 
 def print_config(cfg: config_mod.Config) -> None:
@@ -135,20 +108,22 @@ async def _progress(label: str, get_done, total: int, period: float = 5.0) -> No
 
 
 async def _play(cfg, n_battles: int) -> int:
-    from . import networks as nets
-    from .runner import Agent, fast_kwargs, play
+    from .collect.agent import Agent
+    from .collect.match import play
+    from .inference.policy import InferencePolicy
+    from .learn import networks as nets
+    from .pokeenv.players import fast_kwargs
     from .server import server_for
 
     device = setup_process(cfg)
-    net = nets.from_config(cfg.network)
-    policy = nets.InferencePolicy(net, device)
+    policy = InferencePolicy(nets.from_config(cfg.network), device)
     agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
     async with server_for(cfg.server) as server:
-        url = server.url
+        sides = 2 if cfg.runner.opponent == "self" else 1
         prog = asyncio.get_running_loop().create_task(
-            _progress("play", lambda: agent.stats.battles // (2 if cfg.runner.opponent == "self" else 1), n_battles))
+            _progress("play", lambda: agent.stats.battles // sides, n_battles))
         try:
-            res = await play(agent, url, n_battles, opponent=cfg.runner.opponent,
+            res = await play(agent, server.url, n_battles, opponent=cfg.runner.opponent,
                              concurrency=cfg.runner.concurrency,
                              battle_format=cfg.runner.battle_format,
                              battle_timeout_s=cfg.runner.battle_timeout_s,
@@ -177,39 +152,41 @@ def cmd_play(args) -> int:
 
 # -- train / eval -----------------------------------------------------------------------
 
-async def _final_eval(cfg, trainer, server, device) -> None:
-    from . import networks as nets
-    from .runner import fast_kwargs
-    from .trainer import evaluate
-    policy = nets.InferencePolicy(trainer.learner.network, device, greedy=False)
+async def _eval_line(cfg, policy, url: str, opponent: str, n_battles: int, device, concurrency: int) -> str:
+    from .pokeenv.players import fast_kwargs
+    from .tools.evaluate import evaluate
+    res = await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
+                         battle_format=cfg.runner.battle_format, device=device,
+                         battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s)
+    return res.line()
+
+
+async def _final_eval(cfg, loop, url: str, device) -> None:
+    from .inference.policy import InferencePolicy
+    policy = InferencePolicy(loop.learner.network, device, greedy=False)
     for opp in ("random", "max_power"):
-        res = await evaluate(policy, server.url, opp, cfg.train.eval_battles, batcher_cfg=cfg.batcher,
-                             concurrency=min(cfg.runner.concurrency, 32),
-                             battle_format=cfg.runner.battle_format, device=device,
-                             battle_options=fast_kwargs(cfg.runner))
-        print(res.line(), flush=True)
+        print(await _eval_line(cfg, policy, url, opp, cfg.train.eval_battles, device,
+                               min(cfg.runner.concurrency, 32)), flush=True)
 
 
 async def _train(cfg, resume: Optional[str]) -> int:
+    from .run.loop import LearningLoop
+    from .run.transports import make_transport
     from .server import server_for
-    from .trainer import Trainer
 
     device = setup_process(cfg)
+    loop = LearningLoop(cfg, device, resume=resume)  # a checkpoint that does not fit fails here
     if cfg.train.shards > 1 or cfg.train.backend == "ray":
-        from .sharding import RayShardedTrainer, ShardedTrainer
-        cls = RayShardedTrainer if cfg.train.backend == "ray" else ShardedTrainer
-        trainer = cls(cfg, device, resume=resume)
-        await trainer.run()  # every shard starts its own server
+        await loop.run(make_transport(cfg, device))  # every shard starts its own server
         if cfg.train.eval_battles:
             async with server_for(cfg.server) as server:
-                await _final_eval(cfg, trainer, server, device)
-    else:  # one shard, local: exactly the single-process path
-        trainer = Trainer(cfg, device, resume=resume)
+                await _final_eval(cfg, loop, server.url, device)
+    else:
         async with server_for(cfg.server) as server:
-            await trainer.run(server)
+            await loop.run(make_transport(cfg, device, server))
             if cfg.train.eval_battles:
-                await _final_eval(cfg, trainer, server, device)
-    print(f"[train] done ({trainer.stop_reason}); run folder {cfg.train.run_dir}")
+                await _final_eval(cfg, loop, server.url, device)
+    print(f"[train] done ({loop.stop_reason}); run folder {cfg.train.run_dir}")
     return 0
 
 
@@ -217,23 +194,20 @@ def cmd_train(args) -> int:
     cfg = load_config(args)
     resume = args.resume
     if resume == "latest":
-        resume = str(__import__("pathlib").Path(cfg.train.run_dir) / "latest.pt")
+        resume = str(Path(cfg.train.run_dir) / "latest.pt")
     print_config(cfg)
     return run_async(_train(cfg, resume))
 
 
 async def _eval(cfg, args) -> int:
-    from .runner import fast_kwargs
     from .server import server_for
-    from .trainer import evaluate, policy_from_checkpoint
+    from .tools.evaluate import policy_from_checkpoint
 
     device = setup_process(cfg)
     policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=args.greedy)
     async with server_for(cfg.server) as server:
-        res = await evaluate(policy, server.url, args.opponent, args.battles, batcher_cfg=cfg.batcher,
-                             concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
-                             device=device, battle_options=fast_kwargs(cfg.runner))
-    print(res.line())
+        print(await _eval_line(cfg, policy, server.url, args.opponent, args.battles, device,
+                               cfg.runner.concurrency))
     return 0
 
 
@@ -241,8 +215,10 @@ def cmd_eval(args) -> int:
     cfg = load_config(args)
     if args.battles < 1:
         raise UserError("--battles must be >= 1")
-    from .runner import BASELINES
-    if args.opponent not in BASELINES and not __import__("os").path.isfile(args.opponent):
+    import os
+
+    from .pokeenv.players import BASELINES
+    if args.opponent not in BASELINES and not os.path.isfile(args.opponent):
         raise UserError(f"--opponent must be one of {', '.join(BASELINES)} or a checkpoint file; "
                         f"got {args.opponent!r}")
     return run_async(_eval(cfg, args))
@@ -253,8 +229,8 @@ def cmd_eval(args) -> int:
 async def _bench(cfg, args) -> int:
     import copy
 
-    from . import bench
     from .server import server_for
+    from .tools import bench
 
     device = setup_process(cfg)
     combos = bench.parse_sweep(args.sweep) if args.sweep else [{}]
@@ -369,7 +345,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except USER_ERRORS as e:
+    except UserError as e:
         print(f"maple-async: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

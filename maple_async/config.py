@@ -1,13 +1,15 @@
 """Typed run configuration: one dataclass per section, loaded from YAML, validated once.
 
-Every key can be overridden from the command line as ``--section.key VALUE`` (the CLI
-also offers short aliases such as ``--concurrency``). Unknown keys and wrongly-typed
-values are rejected with a :class:`ConfigError` that names the key.
+Each key is declared once, with its meaning and its range (:func:`key`): the command line's
+``--section.key VALUE`` flags, their ``--help`` and the validation all come from those
+declarations. Unknown keys, wrong types and values out of range are rejected with a
+:class:`ConfigError` that names the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,127 +18,123 @@ from typing import Any, Optional
 
 import yaml
 
+from .errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A user error in the configuration (bad key, type or value)."""
+
+
+def key(default: Any, help: str, *, gt: Optional[float] = None, ge: Optional[float] = None,
+        le: Optional[float] = None, choices: Optional[tuple] = None) -> Any:
+    """A config key: its default, what it means (shown by ``--help``) and its range."""
+    return field(default=default, metadata={"help": help, "gt": gt, "ge": ge, "le": le, "choices": choices})
 
 
 @dataclass
 class ServerConfig:
-    # URL of an existing server (``ws://host:port`` or ``http://host:port``);
-    # None starts a managed loopback server.
-    url: Optional[str] = None
-    host: str = "127.0.0.1"
-    port: int = 0  # 0 = pick a free port
-    home: Optional[str] = None  # where Showdown is installed; default ~/.cache/maple-async
-    start_timeout_s: float = 180.0
+    url: Optional[str] = key(None, "URL of a running Showdown server (ws://host:port or http://host:port); "
+                                   "unset: start a managed loopback server")
+    host: str = key("127.0.0.1", "address a managed server binds (loopback only: it runs with --no-security)")
+    port: int = key(0, "port of a managed server (0: a free port)", ge=0, le=65535)
+    home: Optional[str] = key(None, "where Showdown is installed (unset: $MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
+    start_timeout_s: float = key(180.0, "seconds a managed server may take to start", gt=0)
 
 
 @dataclass
 class RunnerConfig:
-    battle_format: str = "gen9randombattle"  # gen9 singles random-team formats only (the encoder)
-    concurrency: int = 64  # battles in flight per player
-    opponent: str = "self"  # self | random | max_power | heuristics
-    device: str = "auto"  # auto | cpu | cuda | mps
-    battle_timeout_s: float = 300.0  # a battle silent this long is abandoned
-    torch_threads: int = 1  # CPU threads for torch; Showdown needs the other core(s)
-    # Our players' battles skip poke-env's redundant move lookups (same state; fastbattle.py).
-    fast_battles: bool = True
-    # With fast_battles: the encoder re-reads only the Pokémon that changed since the
-    # battle's previous decision (same observation; encoding.py). Off: read all each time.
-    incremental_encode: bool = True
-    # Our players' orders sent in one event-loop iteration (the battles one batch resolves)
-    # leave in one socket write instead of one each (same frames, same order; coalesce.py).
-    coalesce_sends: bool = True
-    # Our players' listen loops take one message per event-loop iteration, so the orders a
-    # batch resolved go out before the rest of a wave of requests is parsed (coalesce.py).
-    fair_receive: bool = True
-    # Python's cyclic GC: objects alive at start-up (poke-env's data tables, torch) are frozen
-    # out of collections, and young objects are collected every this many allocations
-    # instead of 700 (0: Python's defaults). See runner.tune_gc.
-    gc_young_threshold: int = 20000
-    seed: Optional[int] = None
+    battle_format: str = key("gen9randombattle", "Showdown format: a gen9 singles random-team format")
+    concurrency: int = key(64, "battles in flight per player", gt=0)
+    opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics"))
+    device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
+                      choices=("auto", "cpu", "cuda", "mps"))
+    battle_timeout_s: float = key(300.0, "a battle that receives nothing this long is forfeited and freed", gt=0)
+    torch_threads: int = key(1, "torch CPU threads (Showdown needs the other cores)", gt=0)
+    fast_battles: bool = key(True, "our players' battles skip poke-env's redundant move lookups "
+                                   "(same state; pokeenv/fastbattle.py)")
+    incremental_encode: bool = key(True, "with fast_battles: re-encode only the Pokémon that changed "
+                                         "since the battle's previous decision (same observation)")
+    coalesce_sends: bool = key(True, "orders sent in one event-loop iteration leave in one socket write "
+                                     "(pokeenv/coalesce.py)")
+    fair_receive: bool = key(True, "listen loops take one message per event-loop iteration, so resolved "
+                                   "orders go out before the rest of a wave is parsed")
+    gc_young_threshold: int = key(20000, "objects alive at start-up are frozen out of the cyclic GC and young "
+                                         "objects are collected every this many allocations (0: Python's "
+                                         "defaults)", ge=0)
+    seed: Optional[int] = key(None, "seed of torch, numpy and random in the main process")
 
 
 @dataclass
 class BatcherConfig:
-    max_batch_size: int = 256
-    # How long a batch may wait after its *first* pending request:
-    # min(max_wait_ms, wait_per_side_ms x live battle sides); wait_per_side_ms 0 = always
-    # max_wait_ms. Scaling with the sides in flight keeps a fixed share of the battles
-    # waiting on the batcher: with N battles in flight on a saturated server a turn takes
-    # ~N times longer, so a wait that is harmless at 128 battles would stall 8. Measured on
-    # the 2-core machine (bench, 4 rounds each, 2026-11-23): at concurrency 128 a fixed
-    # 10 ms gave batches of 38-41 (30-32% of the battles in flight), 30 ms 64 and 40 ms 75
-    # (58%), with ratios to the ceiling 0.89-0.98 / 0.92 / 0.91, all inside the rounds'
-    # noise; at concurrency 64, 10 / 40 ms gave batches of 31 / 57 and ratios 0.99 / 0.95;
-    # earlier, 2 ms gave 0.89-0.90 with batches of 18 and ~50 us more forward CPU per
-    # decision. With runner.fair_receive on (2026-11-24) the requests arrive less bunched
-    # and batches shrank at the same wait: 0.15 gave 61-65 at concurrency 128 (48-51%),
-    # 0.2 gave 78 (61%) with a ratio of 0.91 (0.95 at 64). With these defaults: 26 ms at
-    # concurrency 64 self-play (128 sides), 50 ms at 128, 3.2 ms at 8.
-    max_wait_ms: float = 50.0
-    wait_per_side_ms: float = 0.2
-    # Batches at least this large run their forward pass in a worker thread so the
-    # event loop keeps serving websockets; smaller ones run inline. Inline is cheaper
-    # than it looks: an offloaded forward waits for the GIL at every torch op while the
-    # loop parses messages (measured at concurrency 64 on 2 cores: 12 ms per flush
-    # offloaded vs 2.5 ms inline, decision latency p50 31 -> 20 ms); a CPU forward below
-    # 128 rows takes ~1-3 ms.
-    offload_min_batch: int = 128
+    max_batch_size: int = key(256, "largest inference batch", gt=0)
+    # Scaling with the sides in flight keeps a fixed share of the battles waiting on the
+    # batcher: a wait that grows the batch at 128 battles would stall 8 (docs/benchmarks.md).
+    max_wait_ms: float = key(50.0, "a batch waits at most min(max_wait_ms, wait_per_side_ms x live battle "
+                                   "sides) after its first request", ge=0)
+    wait_per_side_ms: float = key(0.2, "the batch wait per live battle side (0: always max_wait_ms)", ge=0)
+    # An offloaded forward waits for the GIL at every torch op while the loop parses messages.
+    offload_min_batch: int = key(128, "batches at least this large run their forward in a worker thread; "
+                                      "smaller ones inline", gt=0)
 
 
 @dataclass
 class NetworkConfig:
-    kind: str = "lstm"  # mlp | lstm | attention
-    hidden_size: int = 128
-    num_layers: int = 1
-    attention_heads: int = 4
-    entity_head: bool = True  # score switch/move actions per Pokémon/move block (shared scorers)
+    kind: str = key("lstm", "network: mlp (no memory), lstm, or attention (over entity tokens) + lstm",
+                    choices=("mlp", "lstm", "attention"))
+    hidden_size: int = key(128, "width of the core and its state", gt=0)
+    num_layers: int = key(1, "LSTM layers", gt=0)
+    attention_heads: int = key(4, "attention heads (must divide hidden_size)", gt=0)
+    entity_head: bool = key(True, "score switch/move actions per Pokémon/move block with shared scorers")
 
 
 @dataclass
 class RewardConfig:
-    win: float = 1.0  # +win on a win, -win on a loss (given once, at the end)
-    hp: float = 0.0  # per unit change of (own HP fraction sum - opponent's)
-    faint: float = 0.0  # per opponent faint (+) / own faint (-)
-    turn_penalty: float = 0.0  # subtracted every decision
+    win: float = key(1.0, "+win on a win, -win on a loss (once, at the end)", ge=0)
+    hp: float = key(0.0, "per unit change of (own HP fraction sum - opponent's)")
+    faint: float = key(0.0, "per opponent faint (+) / own faint (-)")
+    turn_penalty: float = key(0.0, "subtracted every decision", ge=0)
 
 
 @dataclass
 class PPOConfig:
-    algo: str = "ppo"  # ppo | reinforce
-    lr: float = 3e-4
-    lr_schedule: str = "constant"  # constant | linear
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    epochs: int = 4
-    minibatch_sequences: int = 32  # sequences per minibatch
-    bptt_length: int = 0  # 0 = whole battle
-    normalize_advantages: bool = True
+    algo: str = key("ppo", "ppo (clipped, several epochs) or reinforce (one pass, learned baseline)",
+                    choices=("ppo", "reinforce"))
+    lr: float = key(3e-4, "Adam learning rate", gt=0)
+    lr_schedule: str = key("constant", "constant, or linear decay to 5% over total_battles",
+                           choices=("constant", "linear"))
+    gamma: float = key(0.99, "discount per decision", ge=0, le=1)
+    gae_lambda: float = key(0.95, "GAE lambda", ge=0, le=1)
+    clip_coef: float = key(0.2, "PPO ratio clip", ge=0)
+    value_coef: float = key(0.5, "weight of the value loss", ge=0)
+    entropy_coef: float = key(0.01, "weight of the entropy bonus", ge=0)
+    max_grad_norm: float = key(0.5, "gradient norm clip", gt=0)
+    epochs: int = key(4, "passes over each batch of trajectories", gt=0)
+    minibatch_sequences: int = key(32, "sequences (battles or chunks) per minibatch", gt=0)
+    bptt_length: int = key(0, "truncated-BPTT chunk length in decisions (0: whole battles)", ge=0)
+    normalize_advantages: bool = key(True, "normalise advantages per minibatch")
 
 
 @dataclass
 class TrainConfig:
-    battles_per_update: int = 64
-    total_battles: int = 2000
-    max_minutes: float = 0.0  # 0 = no time limit
-    opponents: str = "self:1.0"  # e.g. "self:0.5,league:0.3,heuristics:0.2"
-    league_size: int = 5
-    league_every_updates: int = 10
-    checkpoint_every_updates: int = 10
-    run_dir: str = "runs/default"
-    eval_battles: int = 0  # at the end of training, per baseline; 0 = skip
-    tensorboard: bool = True
-    shards: int = 1  # worker processes, each with its own Showdown server and event loop
-    worker_device: str = "cpu"  # where shard workers run inference (cpu keeps CUDA out of them)
-    backend: str = "local"  # local (processes on this machine) | ray (actors across a cluster)
-    ray_address: Optional[str] = None  # None: start a local Ray; "auto" or host:port: join one
-    ray_cpus_per_shard: float = 1.0
+    battles_per_update: int = key(64, "finished battle sides (trajectories) per update", gt=0)
+    total_battles: int = key(2000, "battle sides (trajectories) to train on, then stop", gt=0)
+    max_minutes: float = key(0.0, "stop after this many minutes (0: no time limit)", ge=0)
+    opponents: str = key("self:1.0", 'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" '
+                                     "(kinds: self, league, random, max_power, heuristics)")
+    league_size: int = key(5, "league snapshots kept", gt=0)
+    league_every_updates: int = key(10, "a league snapshot every this many updates", gt=0)
+    checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
+    run_dir: str = key("runs/default", "run folder: config, metrics.csv, tb/, checkpoints")
+    eval_battles: int = key(0, "at the end of training, battles per baseline (random, max_power); 0: skip",
+                            ge=0)
+    tensorboard: bool = key(True, "write TensorBoard scalars to <run_dir>/tb when tensorboard is installed")
+    shards: int = key(1, "collector processes, each with its own Showdown server and event loop", gt=0)
+    worker_device: str = key("cpu", "where shard workers run inference (cpu keeps CUDA out of them)",
+                             choices=("cpu", "cuda"))
+    backend: str = key("local", "local (processes on this machine) or ray (actors across a cluster)",
+                       choices=("local", "ray"))
+    ray_address: Optional[str] = key(None, 'unset: start a local Ray; "auto" or host:port: join one')
+    ray_cpus_per_shard: float = key(1.0, "CPUs Ray reserves per shard actor", gt=0)
 
 
 @dataclass
@@ -157,44 +155,6 @@ class Config:
 
 
 SECTIONS: dict[str, type] = typing.get_type_hints(Config)
-_CHOICES = {
-    "runner.opponent": ("self", "random", "max_power", "heuristics"),
-    "runner.device": ("auto", "cpu", "cuda", "mps"),
-    "network.kind": ("mlp", "lstm", "attention"),
-    "ppo.algo": ("ppo", "reinforce"),
-    "ppo.lr_schedule": ("constant", "linear"),
-    "train.worker_device": ("cpu", "cuda"),
-    "train.backend": ("local", "ray"),
-}
-_POSITIVE = (
-    "runner.concurrency",
-    "runner.battle_timeout_s",
-    "runner.torch_threads",
-    "batcher.max_batch_size",
-    "batcher.offload_min_batch",
-    "network.hidden_size",
-    "network.num_layers",
-    "network.attention_heads",
-    "ppo.lr",
-    "ppo.epochs",
-    "ppo.minibatch_sequences",
-    "train.battles_per_update",
-    "train.total_battles",
-    "train.shards",
-    "server.start_timeout_s",
-)
-_NON_NEGATIVE = (
-    "runner.gc_young_threshold",
-    "batcher.max_wait_ms",
-    "batcher.wait_per_side_ms",
-    "server.port",
-    "ppo.bptt_length",
-    "ppo.clip_coef",
-    "ppo.max_grad_norm",
-    "train.max_minutes",
-    "train.league_size",
-    "train.eval_battles",
-)
 
 
 def _section_types(section_cls: type) -> dict[str, Any]:
@@ -245,19 +205,36 @@ def _apply(cfg: Config, key: str, value: Any) -> None:
     setattr(section_obj, name, _check_type(key, value, fields[name]))
 
 
+def declared_keys() -> list[tuple[str, dataclasses.Field, Any]]:
+    """Every ``section.key`` with its declaration and annotation, in declaration order."""
+    out = []
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            out.append((f"{section}.{f.name}", f, hints[f.name]))
+    return out
+
+
+def _check_range(name: str, value: Any, meta: dict) -> None:
+    if meta["choices"] is not None and value not in meta["choices"]:
+        raise ConfigError(f"config key '{name}' must be one of {', '.join(meta['choices'])}, got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if not math.isfinite(value):
+        raise ConfigError(f"config key '{name}' must be a finite number, got {value!r}")
+    for bound, ok, word in (("gt", lambda v, b: v > b, ">"), ("ge", lambda v, b: v >= b, ">="),
+                            ("le", lambda v, b: v <= b, "<=")):
+        b = meta[bound]
+        if b is not None and not ok(value, b):
+            raise ConfigError(f"config key '{name}' must be {word} {b:g}, got {value!r}")
+
+
 def validate(cfg: Config) -> Config:
-    for key, choices in _CHOICES.items():
-        value = get_key(cfg, key)
-        if value not in choices:
-            raise ConfigError(
-                f"config key '{key}' must be one of {', '.join(choices)}, got {value!r}"
-            )
-    for key in _POSITIVE:
-        if get_key(cfg, key) <= 0:
-            raise ConfigError(f"config key '{key}' must be > 0, got {get_key(cfg, key)!r}")
-    for key in _NON_NEGATIVE:
-        if get_key(cfg, key) < 0:
-            raise ConfigError(f"config key '{key}' must be >= 0, got {get_key(cfg, key)!r}")
+    for name, f, _ann in declared_keys():
+        _check_range(name, get_key(cfg, name), f.metadata)
+    if cfg.network.hidden_size % cfg.network.attention_heads:
+        raise ConfigError(f"config key 'network.attention_heads' must divide network.hidden_size "
+                          f"({cfg.network.hidden_size}), got {cfg.network.attention_heads}")
     if cfg.server.url is None and cfg.server.host not in ("127.0.0.1", "localhost", "::1"):
         # The managed server runs with --no-security; never expose it.
         raise ConfigError(
@@ -366,11 +343,7 @@ def parse_override_value(text: str) -> Any:
 
 def all_keys() -> list[tuple[str, Any]]:
     """Every ``section.key`` with its annotation, for generating CLI flags."""
-    out = []
-    for section, cls in SECTIONS.items():
-        for name, ann in _section_types(cls).items():
-            out.append((f"{section}.{name}", ann))
-    return out
+    return [(name, ann) for name, _f, ann in declared_keys()]
 
 
 def from_saved(data: dict[str, Any]) -> Config:

@@ -24,6 +24,8 @@ from typing import Optional
 
 import aiohttp
 
+from .errors import UserError
+
 SHOWDOWN_VERSION = "0.11.11"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -38,7 +40,7 @@ exports.reportbattles = false;
 """
 
 
-class ServerError(RuntimeError):
+class ServerError(UserError, RuntimeError):
     """A managed server could not be installed, started or reached."""
 
 

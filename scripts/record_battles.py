@@ -13,7 +13,7 @@ import sys
 
 from poke_env.player import RandomPlayer
 
-from maple_async.runner import player_kwargs, run_id
+from maple_async.pokeenv.players import player_kwargs, run_id
 from maple_async.server import ShowdownServer
 
 

@@ -26,20 +26,20 @@ def rss_mb() -> float:
 async def soak(n: int, concurrency: int, every: int, network: str) -> list:
     import torch
 
-    from maple_async import networks as nets
+    from maple_async.collect.agent import Agent
+    from maple_async.collect.match import Match
     from maple_async.config import BatcherConfig
-    from maple_async.runner import Agent, PolicyPlayer, close_players, player_kwargs, run_id
+    from maple_async.inference.policy import InferencePolicy
+    from maple_async.learn import networks as nets
     from maple_async.server import ShowdownServer
 
     torch.set_num_threads(1)
     rows = []
     async with ShowdownServer() as srv:
-        agent = Agent(nets.InferencePolicy(nets.build(network)), BatcherConfig(max_wait_ms=5))
-        tag = run_id()
-        p1 = PolicyPlayer(agent, "self", **player_kwargs(srv.url, f"soak{tag}a", concurrency, "gen9randombattle"))
-        p2 = PolicyPlayer(agent, "self", **player_kwargs(srv.url, f"soak{tag}b", concurrency, "gen9randombattle"))
-        agent.batcher.start()
-        task = asyncio.get_running_loop().create_task(p1.battle_against(p2, n_battles=n))
+        agent = Agent(InferencePolicy(nets.build(network)), BatcherConfig(max_wait_ms=5))
+        match = Match(srv.url, agent, agent, concurrency=concurrency, account="soak")
+        p1, p2 = match.players
+        task = match.start(n)
         t0, next_mark = time.perf_counter(), every
         while True:
             done = sum(p1.results.values())
@@ -56,8 +56,7 @@ async def soak(n: int, concurrency: int, every: int, network: str) -> list:
             if task.done():
                 break
             await asyncio.sleep(1.0)
-        await close_players(p1, p2)
-        await agent.batcher.close()
+        await match.close(close_batchers=True)
     return rows
 
 

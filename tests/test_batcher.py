@@ -4,8 +4,8 @@ import time
 import numpy as np
 import pytest
 
-from maple_async.batcher import InferenceBatcher
-from maple_async.hidden import HiddenStates
+from maple_async.inference.batcher import InferenceBatcher
+from maple_async.inference.hidden import HiddenStates
 
 
 class EchoPolicy:

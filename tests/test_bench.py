@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from maple_async import bench
+from maple_async.tools import bench
 
 
 def test_percentile_and_ratio():

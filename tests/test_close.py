@@ -4,7 +4,7 @@ import asyncio
 import logging
 from types import SimpleNamespace
 
-from maple_async.runner import close_players
+from maple_async.pokeenv.players import close_players
 
 
 class LateClient:

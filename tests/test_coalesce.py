@@ -5,7 +5,7 @@ import asyncio
 import websockets
 from websockets.asyncio.server import serve
 
-from maple_async.coalesce import CoalescingTransport, coalesce_sends, fair_receive
+from maple_async.pokeenv.coalesce import CoalescingTransport, coalesce_sends, fair_receive
 
 
 class FakeTransport:

@@ -23,6 +23,13 @@ def test_defaults_validate():
     ({"runner.battle_format": "gen9randomdoublesbattle"}, "'runner.battle_format' must be a gen9 singles"),
     ({"runner.battle_format": "gen8randombattle"}, "'runner.battle_format' must be a gen9 singles"),
     ({"runner.battle_format": "gen9ou"}, "'runner.battle_format' must be a gen9 singles"),
+    ({"train.checkpoint_every_updates": 0}, "'train.checkpoint_every_updates' must be > 0"),
+    ({"train.league_every_updates": 0}, "'train.league_every_updates' must be > 0"),
+    ({"ppo.gamma": 5}, "'ppo.gamma' must be <= 1"),
+    ({"ppo.gae_lambda": -1}, "'ppo.gae_lambda' must be >= 0"),
+    ({"network.attention_heads": 3}, "'network.attention_heads' must divide network.hidden_size"),
+    ({"batcher.max_wait_ms": float("inf")}, "'batcher.max_wait_ms' must be a finite number"),
+    ({"server.port": 70000}, "'server.port' must be <= 65535"),
 ])
 def test_bad_values_name_the_key(overrides, needle):
     with pytest.raises(C.ConfigError, match=None) as e:
@@ -68,3 +75,35 @@ def test_shipped_presets_load():
     assert presets, "config/*.yaml presets are missing"
     for p in presets:
         C.load(p)
+
+
+def test_every_key_declares_its_meaning():
+    for name, f, _ann in C.declared_keys():
+        assert f.metadata.get("help"), f"{name} has no help text"
+
+
+@pytest.mark.parametrize("command", ["train", "play", "eval", "bench"])
+def test_help_lists_every_key_with_its_default(command):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "maple_async.cli", command, "--help"], capture_output=True,
+                       text=True, env={"COLUMNS": "200", "PATH": ""}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())  # argparse wraps lines
+    for name, f, _ann in C.declared_keys():
+        assert f"--{name}" in text, name
+    assert "--ppo.lr V Adam learning rate [> 0] (default: 0.0003)" in text
+    assert "--train.shards V collector processes" in text
+
+
+def test_no_module_but_the_entry_point_imports_the_cli():
+    import ast
+    from pathlib import Path
+    pkg = Path(C.__file__).parent
+    for path in pkg.rglob("*.py"):
+        if path.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [a.name for a in node.names]
+                assert not any(n == "cli" or n.endswith(".cli") for n in names), path

@@ -5,7 +5,7 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-from maple_async import encoding as enc
+from maple_async.obs import encoding as enc
 
 
 def move(move_id):
@@ -146,7 +146,7 @@ def test_encoder_side_state_is_the_reward_side_state():
     from poke_env.battle import Battle, Pokemon
     from poke_env.battle.status import Status
 
-    from maple_async.rewards import side_state
+    from maple_async.obs.rewards import side_state
     b = Battle("battle-gen9randombattle-3", "me", logging.getLogger("test"), gen=9)
     b._player_role = "p1"
     own = [Pokemon(gen=9, species=s) for s in ("charizard", "pikachu", "snorlax")]

@@ -17,8 +17,8 @@ from poke_env.battle import Battle, Pokemon
 from poke_env.player import Player
 from poke_env.ps_client import AccountConfiguration
 
-from maple_async.encoding import SlotSwitchOrder, action_to_order
-from maple_async.fastbattle import FastBattle, FastBattles, FastPokemon, speed_up
+from maple_async.obs.encoding import SlotSwitchOrder, action_to_order
+from maple_async.pokeenv.fastbattle import FastBattle, FastBattles, FastPokemon, speed_up
 
 DATA = Path(__file__).parent / "data" / "battles.json.gz"
 
@@ -153,7 +153,7 @@ async def test_fast_battles_off_gives_stock_battles():
 
 
 def test_changes_are_marked_by_pokemon_handlers_switches_turns_and_unknown_messages():
-    from maple_async.fastbattle import ALL, take_changes
+    from maple_async.pokeenv.fastbattle import ALL, take_changes
     b = speed_up(Battle("battle-gen9randombattle-3", "me", None, gen=9))
     b._player_role = "p1"
     assert take_changes(b) == {ALL}  # a new battle: nothing has been read yet
@@ -174,7 +174,7 @@ def test_changes_are_marked_by_pokemon_handlers_switches_turns_and_unknown_messa
 
 
 def test_requests_mark_the_pokemon_whose_entry_changed():
-    from maple_async.fastbattle import ALL, take_changes
+    from maple_async.pokeenv.fastbattle import ALL, take_changes
     b = speed_up(Battle("battle-gen9randombattle-5", "me", None, gen=9))
 
     def entry(name, hp, active):
@@ -204,7 +204,7 @@ def test_requests_mark_the_pokemon_whose_entry_changed():
 async def test_incremental_encode_off_reads_everything():
     """runner.incremental_encode false: FastBattles that offer no changes to the encoder,
     so each encoding reads every Pokémon."""
-    from maple_async.fastbattle import take_changes
+    from maple_async.pokeenv.fastbattle import take_changes
     data = json.load(gzip.open(DATA, "rt"))
     p = _player(FastReplayer, data["username"])
     p.track_changes = False

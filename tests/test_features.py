@@ -1,4 +1,4 @@
-"""Derived observation columns (maple_async.features), batched, against a per-battle
+"""Derived observation columns (maple_async.obs.features), batched, against a per-battle
 reference written from poke-env's own properties (no server)."""
 
 import gzip
@@ -11,8 +11,8 @@ import pytest
 import torch
 from poke_env.battle import Battle, Move, MoveCategory, Pokemon, Status
 
-from maple_async import encoding as enc
-from maple_async.features import DERIVED_COLUMNS, derive
+from maple_async.obs import encoding as enc
+from maple_async.obs.features import DERIVED_COLUMNS, derive
 
 
 def _boost(b: int) -> float:
@@ -41,7 +41,7 @@ def _active_log_speed(mon) -> float:
 
 def reference(battle) -> tuple[np.ndarray, list]:
     """The derived columns of ``battle``'s observation, computed one battle at a time as
-    maple_async.encoding documents them; and the KO flags' damage fractions (a float32
+    maple_async.obs.encoding documents them; and the KO flags' damage fractions (a float32
     computation may round across 1.0 where the fraction is within a hair of it)."""
     out = np.zeros(enc.OBS_DIM, np.float32)
     sides = [list(battle.team.values()), list(battle.opponent_team.values())]
@@ -181,7 +181,8 @@ def test_matchup_and_damage_features():
 
 def test_inference_policy_derives_its_batch():
     """The acting policy fills the derived columns before its forward pass."""
-    from maple_async import networks
+    from maple_async.inference.policy import InferencePolicy
+    from maple_async.learn import networks
 
     seen = []
 
@@ -191,6 +192,6 @@ def test_inference_policy_derives_its_batch():
             return super().forward(x, hidden)
 
     raw = _charizard_vs_venusaur()[0]
-    pol = networks.InferencePolicy(Spy(enc.OBS_DIM, enc.N_ACTIONS))
+    pol = InferencePolicy(Spy(enc.OBS_DIM, enc.N_ACTIONS))
     pol.act(raw[None].copy(), np.ones((1, enc.N_ACTIONS), bool), torch.zeros(1, 0))
     assert np.array_equal(seen[0][0].numpy(), derive(raw.copy()))

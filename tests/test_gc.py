@@ -3,7 +3,7 @@
 import gc
 import weakref
 
-from maple_async.runner import tune_gc
+from maple_async.run.process import tune_gc
 
 
 class Node:

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from maple_async.hidden import HiddenStates
+from maple_async.inference.hidden import HiddenStates
 
 
 def test_start_zeroes_and_end_deletes():

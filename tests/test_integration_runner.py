@@ -6,10 +6,12 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 
-from maple_async import encoding as enc
-from maple_async import networks as nets
+from maple_async.obs import encoding as enc
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
 from maple_async.config import BatcherConfig
-from maple_async.runner import Agent, play
+from maple_async.collect.agent import Agent
+from maple_async.collect.match import play
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +58,7 @@ def _listening_addresses(port: int) -> set:
 
 
 async def test_concurrent_lstm_self_play(showdown_url):
-    policy = nets.InferencePolicy(nets.build("lstm", hidden_size=64))
+    policy = InferencePolicy(nets.build("lstm", hidden_size=64))
     trajectories = []
     agent = CheckingAgent(policy, BatcherConfig(max_wait_ms=2.0), record=True,
                           on_trajectory=trajectories.append)
@@ -86,7 +88,7 @@ async def test_concurrent_lstm_self_play(showdown_url):
 
 
 async def test_against_baseline_counts_wins(showdown_url):
-    policy = nets.InferencePolicy(nets.build("mlp", hidden_size=32))
+    policy = InferencePolicy(nets.build("mlp", hidden_size=32))
     agent = Agent(policy, BatcherConfig())
     res = await play(agent, showdown_url, 8, opponent="random", concurrency=8)
     await agent.batcher.close()
@@ -99,7 +101,7 @@ async def test_against_baseline_counts_wins(showdown_url):
 async def test_live_encodings_equal_a_full_read(showdown_url, monkeypatch, options):
     """At every live decision the runner's encoding (from the battle's changes, when it
     tracks them) must be byte-equal to reading everything; the options reach the battles."""
-    from maple_async.fastbattle import FastBattle
+    from maple_async.pokeenv.fastbattle import FastBattle
     real = enc.encode
     seen = {"decisions": 0, "mismatches": [], "kinds": set()}
 
@@ -112,7 +114,7 @@ async def test_live_encodings_equal_a_full_read(showdown_url, monkeypatch, optio
         seen["kinds"].add((type(battle) is FastBattle, "_maple_teams" in battle.__dict__))
         return obs
     monkeypatch.setattr(enc, "encode", checking)
-    policy = nets.InferencePolicy(nets.build("mlp", hidden_size=32))
+    policy = InferencePolicy(nets.build("mlp", hidden_size=32))
     agent = Agent(policy, BatcherConfig())
     res = await play(agent, showdown_url, 8, opponent="self", concurrency=8,
                      battle_options=options)

@@ -2,10 +2,12 @@ import numpy as np
 import pytest
 import torch
 
-from maple_async import encoding as enc
-from maple_async import networks as nets
+from maple_async.obs import encoding as enc
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
 from maple_async.config import PPOConfig
-from maple_async.learner import Learner, Rollout, compute_gae, make_chunks, wilson_interval
+from maple_async.learn.learner import Learner, Rollout, compute_gae, make_chunks
+from maple_async.learn.metrics import wilson_interval
 
 
 def test_gae_hand_computed():
@@ -108,7 +110,7 @@ def test_update_logps_equal_collection_logps(kind):
     torch.manual_seed(3)
     rng = np.random.default_rng(3)
     net = nets.build(kind, hidden_size=16)
-    policy = nets.InferencePolicy(nets.build(kind, hidden_size=16))
+    policy = InferencePolicy(nets.build(kind, hidden_size=16))
     policy.network.load_state_dict(net.state_dict())
     trajs = []
     for n in (6, 4):

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from maple_async import encoding as enc
-from maple_async import networks as nets
+from maple_async.obs import encoding as enc
+from maple_async.inference.policy import InferencePolicy, resolve_device, sample_categorical
+from maple_async.learn import networks as nets
 
 
 @pytest.mark.parametrize("kind", ["lstm", "attention"])
@@ -68,7 +69,7 @@ def test_networks_hold_no_state():
 
 def test_inference_policy_respects_mask():
     torch.manual_seed(3)
-    pol = nets.InferencePolicy(nets.build("lstm", hidden_size=16))
+    pol = InferencePolicy(nets.build("lstm", hidden_size=16))
     obs = torch.randn(64, enc.OBS_DIM).numpy()
     mask = torch.zeros(64, enc.N_ACTIONS, dtype=torch.bool)
     for i in range(64):
@@ -80,11 +81,11 @@ def test_inference_policy_respects_mask():
 
 
 def test_resolve_device():
-    assert nets.resolve_device("cpu").type == "cpu"
-    assert nets.resolve_device("auto").type in ("cpu", "cuda", "mps")
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type in ("cpu", "cuda", "mps")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError):
-            nets.resolve_device("cuda")
+            resolve_device("cuda")
 
 
 def test_entity_head_scores_each_slot_with_one_shared_scorer():
@@ -113,6 +114,6 @@ def test_sample_categorical_follows_the_distribution_and_never_draws_masked():
     logits = torch.tensor([[0.0, 1.0, -1.0, 2.0, 0.5, 0.0]])
     mask = torch.tensor([[True, True, True, True, True, False]])
     logp = torch.log_softmax(nets.masked_logits(logits, mask), dim=-1).expand(40000, -1)
-    counts = torch.bincount(nets.sample_categorical(logp), minlength=6).double() / 40000
+    counts = torch.bincount(sample_categorical(logp), minlength=6).double() / 40000
     assert counts[5] == 0
     torch.testing.assert_close(counts, logp[0].exp().double(), atol=0.01, rtol=0)

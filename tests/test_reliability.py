@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from maple_async import config as C
-from maple_async import networks as nets
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
 from maple_async.config import BatcherConfig
-from maple_async.runner import Agent, play
+from maple_async.collect.agent import Agent
+from maple_async.collect.match import play
 from maple_async.server import ServerHandle, ShowdownServer
 
 pytestmark = pytest.mark.integration
@@ -41,23 +43,26 @@ def pid_alive(pid: int) -> bool:
 # -- server killed mid-run --------------------------------------------------------------
 
 async def test_training_survives_server_kill(tmp_path):
-    from maple_async.trainer import Trainer
+    from maple_async.run.loop import LearningLoop
+    from maple_async.run.transports import LocalTransport
 
     # total_battles far beyond what the test plays: the run must not reach its end (and stop
     # without noticing the fault) in the seconds between the kill and the fault being seen.
     cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 10_000,
                                       "train.battles_per_update": 16})
-    trainer = Trainer(cfg, "cpu", quiet=True)
+    trainer = LearningLoop(cfg, "cpu", quiet=True)
     srv = ShowdownServer()
     await srv.start()
     handle = ServerHandle(srv.url, srv)
+    transport = LocalTransport(cfg, "cpu", handle, quiet=True)
+    collector = transport.collector
     seen = {}
 
     async def killer():
         while trainer.learner.updates < 1:
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # battles in flight
-        seen["in_flight"] = len(trainer.agent.live)
+        seen["in_flight"] = len(collector.agent.live)
         os.killpg(srv.pid, signal.SIGKILL)
         while handle.restarts < 1:
             await asyncio.sleep(0.2)
@@ -69,17 +74,17 @@ async def test_training_survives_server_kill(tmp_path):
 
     k = asyncio.get_running_loop().create_task(killer())
     try:
-        await asyncio.wait_for(trainer.run(handle), 360)
+        await asyncio.wait_for(trainer.run(transport), 360)
     finally:
         k.cancel()
         srv.stop()
     assert seen["in_flight"] > 0
-    assert trainer.faults == 1 and handle.restarts == 1
+    assert collector.faults == 1 and handle.restarts == 1
     assert trainer.counters["battles"] >= seen["battles_at_restart"] + 16
     # Nothing finished was lost; nothing half-played was trained on.
     assert trainer.trained_trajectories == trainer.collected_trajectories
-    assert trainer.agent.stats.abandoned >= seen["in_flight"]
-    assert len(trainer.agent.hidden) == 0 and len(trainer.agent.live) == 0
+    assert collector.agent.stats.abandoned >= seen["in_flight"]
+    assert len(collector.agent.hidden) == 0 and len(collector.agent.live) == 0
     assert (tmp_path / "run" / "latest.pt").exists()
 
 
@@ -105,7 +110,7 @@ class InvalidFirstAgent(Agent):
 
 
 async def test_invalid_choice_is_redecided_never_loops(showdown_url):
-    agent = InvalidFirstAgent(nets.InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig(),
+    agent = InvalidFirstAgent(InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig(),
                               record=True, on_trajectory=lambda t: None)
     res = await asyncio.wait_for(play(agent, showdown_url, 6, opponent="random", concurrency=6), 240)
     await agent.batcher.close()
@@ -118,7 +123,8 @@ async def test_invalid_choice_is_redecided_never_loops(showdown_url):
 async def test_silent_battle_is_abandoned_and_freed(showdown_url):
     from poke_env.player import RandomPlayer
 
-    from maple_async.runner import PolicyPlayer, close_players, player_kwargs, run_id, watchdog
+    from maple_async.collect.match import watchdog
+    from maple_async.pokeenv.players import PolicyPlayer, close_players, player_kwargs, run_id
 
     class StallingOpponent(RandomPlayer):
         """Never answers in its first battle: that battle goes silent for us."""
@@ -130,12 +136,12 @@ async def test_silent_battle_is_abandoned_and_freed(showdown_url):
                 return asyncio.get_running_loop().create_future()  # never resolved
             return super().choose_move(battle)
 
-    agent = Agent(nets.InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig())
+    agent = Agent(InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig())
     tag = run_id()
     me = PolicyPlayer(agent, "stall", **player_kwargs(showdown_url, f"stl{tag}a", 4, "gen9randombattle"))
     opp = StallingOpponent(**player_kwargs(showdown_url, f"stl{tag}b", 4, "gen9randombattle"))
     agent.batcher.start()
-    dog = asyncio.get_running_loop().create_task(watchdog(agent, [me], timeout_s=3.0, period_s=0.5))
+    dog = asyncio.get_running_loop().create_task(watchdog([agent], [me], timeout_s=3.0, period_s=0.5))
     # The stalling opponent's hung choose_move holds its own per-battle lock, so *its*
     # battle_against never returns: wait for our four results instead.
     task = asyncio.get_running_loop().create_task(me.battle_against(opp, n_battles=4))
@@ -186,7 +192,7 @@ def test_bad_inputs_give_one_clear_line(tmp_path):
 
 
 def test_checkpoint_of_another_shape_is_refused(tmp_path):
-    from maple_async.trainer import Trainer
+    from maple_async.run.loop import LearningLoop as Trainer
     cfg = C.load(None, {"train.run_dir": str(tmp_path / "r"), "network.hidden_size": 16,
                         "train.tensorboard": False})
     path = Trainer(cfg, "cpu", quiet=True).save_checkpoint()

@@ -1,4 +1,4 @@
-"""Process-per-server sharding: two workers, each with its own Showdown (spawned)."""
+"""Process-per-server sharding: two workers, each with its own Showdown (spawned), and Ray actors."""
 
 import asyncio
 import os
@@ -7,7 +7,8 @@ import signal
 import pytest
 
 from maple_async import config as C
-from maple_async.sharding import ShardedTrainer
+from maple_async.run.loop import LearningLoop
+from maple_async.run.transports import ProcessTransport
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +27,12 @@ def _assert_updates(trainer, run_dir, per_update=16):
     assert cum[-1] == trainer.trained_trajectories == trainer.counters["battles"]
 
 
+async def _train(cfg, transport, timeout):
+    trainer = LearningLoop(cfg, "cpu", quiet=True)
+    await asyncio.wait_for(trainer.run(transport), timeout)
+    return trainer
+
+
 def _cfg(tmp_path, total=64):
     return C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.shards": 2,
                                        "train.total_battles": total, "train.battles_per_update": 16,
@@ -33,58 +40,61 @@ def _cfg(tmp_path, total=64):
 
 
 async def test_two_shards_train_and_receive_learner_weights(tmp_path):
-    trainer = ShardedTrainer(_cfg(tmp_path), "cpu", quiet=True)
-    await asyncio.wait_for(trainer.run(), 420)
+    cfg = _cfg(tmp_path)
+    tp = ProcessTransport(cfg, quiet=True)
+    trainer = await _train(cfg, tp, 420)
     assert trainer.counters["battles"] >= 64
     _assert_updates(trainer, tmp_path / "run")
-    assert set(trainer.by_shard) == {0, 1} and min(trainer.by_shard.values()) > 0
-    assert trainer.trained_trajectories == sum(trainer.by_shard.values())  # none lost
-    urls = {sh.stats["url"] for sh in trainer.shards}
+    assert set(tp.by_shard) == {0, 1} and min(tp.by_shard.values()) > 0
+    assert trainer.trained_trajectories == sum(tp.by_shard.values())  # none lost
+    urls = {sh.stats["url"] for sh in tp.shards}
     assert len(urls) == 2  # one server per shard
-    for sh in trainer.shards:
+    for sh in tp.shards:
         v = sh.stats["version"]
         assert v >= 1, "worker never received an update broadcast"
-        assert sh.stats["checksum"] == pytest.approx(trainer.checksums[v], rel=0, abs=1e-9)
-        assert not sh.proc.is_alive()
+        assert sh.stats["checksum"] == pytest.approx(tp.checksums[v], rel=0, abs=1e-9)
+        assert not sh.worker.is_alive()
     assert (tmp_path / "run" / "latest.pt").exists()
 
 
 async def test_killed_worker_is_replaced(tmp_path):
-    trainer = ShardedTrainer(_cfg(tmp_path, total=80), "cpu", quiet=True)
+    cfg = _cfg(tmp_path, total=80)
+    tp = ProcessTransport(cfg, quiet=True)
+    trainer = LearningLoop(cfg, "cpu", quiet=True)
     killed = {}
 
     async def killer():
         while trainer.learner.updates < 1:
             await asyncio.sleep(0.2)
-        killed["pid"] = trainer.shards[0].proc.pid
+        killed["pid"] = tp.shards[0].worker.pid
         os.kill(killed["pid"], signal.SIGKILL)
 
     k = asyncio.get_running_loop().create_task(killer())
     try:
-        await asyncio.wait_for(trainer.run(), 480)
+        await asyncio.wait_for(trainer.run(tp), 480)
     finally:
         k.cancel()
-    assert killed and trainer.worker_restarts == 1 and trainer.shards[0].restarts == 1
-    assert trainer.shards[0].proc.pid != killed["pid"]
+    assert killed and tp.worker_restarts == 1 and tp.shards[0].restarts == 1
+    assert tp.shards[0].worker.pid != killed["pid"]
     assert trainer.counters["battles"] >= 80
 
 
 async def test_ray_backend_two_actors(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'maple-async[ray]')")
-    from maple_async.sharding import RayShardedTrainer
+    from maple_async.run.transports import RayTransport
 
     cfg = _cfg(tmp_path)
     cfg.train.backend = "ray"
     cfg.train.ray_cpus_per_shard = 0.5
-    trainer = RayShardedTrainer(cfg, "cpu", quiet=True)
-    await asyncio.wait_for(trainer.run(), 480)
+    tp = RayTransport(cfg, quiet=True)
+    trainer = await _train(cfg, tp, 480)
     assert trainer.counters["battles"] >= 64
     _assert_updates(trainer, tmp_path / "run")
-    assert set(trainer.by_shard) == {0, 1} and min(trainer.by_shard.values()) > 0
-    assert trainer.trained_trajectories == sum(trainer.by_shard.values())
-    for sh in trainer.shards:
+    assert set(tp.by_shard) == {0, 1} and min(tp.by_shard.values()) > 0
+    assert trainer.trained_trajectories == sum(tp.by_shard.values())
+    for sh in tp.shards:
         v = sh.stats["version"]
-        assert v >= 1 and sh.stats["checksum"] == pytest.approx(trainer.checksums[v], rel=0, abs=1e-9)
+        assert v >= 1 and sh.stats["checksum"] == pytest.approx(tp.checksums[v], rel=0, abs=1e-9)
 
 
 def test_a_worker_dying_mid_message_blocks_nobody(tmp_path):
@@ -95,7 +105,7 @@ def test_a_worker_dying_mid_message_blocks_nobody(tmp_path):
     import multiprocessing as mp
     import struct
 
-    trainer = ShardedTrainer(_cfg(tmp_path), "cpu", quiet=True)
+    trainer = ProcessTransport(_cfg(tmp_path), quiet=True)
     dead_r, dead_w = mp.Pipe(duplex=False)
     live_r, live_w = mp.Pipe(duplex=False)
     live_w.send(("stats", 1, {"battles": 3}))

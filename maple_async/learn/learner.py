@@ -28,9 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import encoding as enc
-from .config import PPOConfig
-from .features import derive
+from ..config import PPOConfig
+from ..obs.features import Features, derive
 from .networks import PolicyNetwork, masked_logits
 
 
@@ -81,7 +80,9 @@ class Rollout:
     lengths: list
 
     @classmethod
-    def from_trajectories(cls, trajs: Sequence, cfg: PPOConfig, device) -> "Rollout":
+    def from_trajectories(cls, trajs: Sequence, cfg: PPOConfig, device, features: Features = derive) -> "Rollout":
+        """``features``: the acting policy's step on observations (see
+        :class:`~maple_async.inference.policy.InferencePolicy`), applied to the padded batch."""
         arrs = [t.arrays() if hasattr(t, "arrays") else t for t in trajs]
         lengths = [len(a["actions"]) for a in arrs]
         n, t_max = len(arrs), max(lengths)
@@ -101,8 +102,8 @@ class Rollout:
             else:
                 adv[i, :k], ret[i, :k] = compute_gae(a["rewards"], a["values"], cfg.gamma, cfg.gae_lambda)
             valid[i, :k] = True
-        if obs_dim == enc.OBS_DIM:
-            derive(obs)  # the derived columns, as the acting policy saw them
+        if features is not None:
+            obs = features(obs)  # what the acting policy saw
         t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
         return cls(t(obs), t(masks), t(actions), t(logps), t(values), t(adv), t(ret), t(valid), lengths)
 
@@ -112,10 +113,12 @@ def masked_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 class Learner:
-    def __init__(self, network: PolicyNetwork, cfg: PPOConfig, device="cpu", total_updates: int = 1):
+    def __init__(self, network: PolicyNetwork, cfg: PPOConfig, device="cpu", total_updates: int = 1,
+                 features: Features = derive):
         self.device = torch.device(device)
         self.network = network.to(self.device)
         self.cfg = cfg
+        self.features = features
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=cfg.lr, eps=1e-5)
         total = max(total_updates, 1)
         if cfg.lr_schedule == "linear":
@@ -151,7 +154,7 @@ class Learner:
         t0 = time.perf_counter()
         cfg, net = self.cfg, self.network
         net.train()
-        ro = Rollout.from_trajectories(trajectories, cfg, self.device)
+        ro = Rollout.from_trajectories(trajectories, cfg, self.device, self.features)
         chunks = make_chunks(ro.lengths, cfg.bptt_length)
         seq_len = max(e - s for _, s, e in chunks)
         epochs = 1 if cfg.algo == "reinforce" else cfg.epochs
@@ -254,18 +257,3 @@ class Learner:
     def weights_cpu(self) -> dict:
         """A detached CPU copy of the weights, safe to hand to another thread or process."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.network.state_dict().items()}
-
-
-def wilson_interval(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a win rate (ties count as half a win by the caller)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = wins / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def policy_lag(versions: Optional[np.ndarray], current: int) -> float:
-    return float(current - versions.mean()) if versions is not None and len(versions) else 0.0

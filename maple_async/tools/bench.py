@@ -5,7 +5,8 @@ warm-up, so ramp-up and the server's JIT warm-up are excluded):
 
 * **ceiling**  poke-env RandomPlayer vs RandomPlayer at the same concurrency;
 * **runner**   maple-async self-play with the chosen network and the full encoder;
-* **learn**    (``--learn``) the same with PPO updates running in the background.
+* **learn**    (``--learn``) self-play through the training run's own learning loop and
+               collector (:mod:`maple_async.run`), PPO updates running in a worker thread.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ import itertools
 import json
 import math
 import operator
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-import sys
-
 import numpy as np
-from poke_env.player import RandomPlayer
 
-from .runner import (ForgetfulBaseline, Rates, close_players, fast_kwargs, forfeit_unfinished,
-                     player_kwargs, quiet_logger, run_id, tune_gc)
-from .server import group_cpu_s
+from ..collect.agent import Agent
+from ..collect.match import Match, Rates
+from ..inference.policy import InferencePolicy
+from ..pokeenv.players import fast_kwargs
+from ..run.process import tune_gc
+from ..server import group_cpu_s
 
 
 def percentile(values, q: float) -> float:
@@ -84,51 +86,30 @@ class Window(Rates):
             if total > 0 else 0.0)
 
 
-class CountingRandomPlayer(ForgetfulBaseline, RandomPlayer):
-    """RandomPlayer that counts its decisions and finished battles (the ceiling)."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        quiet_logger(self)
-        self.n_decisions = 0
-        self.n_finished = 0
-
-    def choose_move(self, battle):
-        self.n_decisions += 1
-        return super().choose_move(battle)
-
-    def _battle_finished_callback(self, battle):
-        self.n_finished += 1
-        super()._battle_finished_callback(battle)
-
-
-async def _run_window(p1, p2, warmup_s: float, seconds: float, snapshot,
+async def _run_window(match: Match, snapshot, warmup_s: float, seconds: float,
                       max_warmup_s: float = 120.0, server_pgid: Optional[int] = None
                       ) -> tuple[dict, dict, float, float]:
-    """Play continuously; return snapshots at the window's start and end, and its length.
-    Each snapshot also holds this process's CPU time ("cpu") and the Showdown server's
-    ("server", NaN when ``server_pgid`` is None or its processes can't be read).
+    """Measure a running match: return snapshots at the window's start and end, its length
+    and the mean battles in flight. Each snapshot also holds this process's CPU time
+    ("cpu") and the Showdown server's ("server", NaN when ``server_pgid`` is None or its
+    processes can't be read).
 
     The warm-up lasts ``warmup_s`` and at least until one full generation of battles (as
     many as run at once) has finished: all battles start together, so before that the
     finish rate is a burst, not the steady state (at 256 in flight a battle lasts ~20 s).
     """
-    task = asyncio.get_running_loop().create_task(p1.battle_against(p2, n_battles=10 ** 7))
     in_flight = []
-    try:
-        t_warm = time.perf_counter()
-        await asyncio.sleep(warmup_s)
-        while (snapshot()["b"] < p1._max_concurrent_battles
-               and time.perf_counter() - t_warm < max_warmup_s and not task.done()):
-            await asyncio.sleep(0.5)
-        s0, t0, c0, v0 = snapshot(), time.perf_counter(), time.process_time(), _server_cpu(server_pgid)
-        end = t0 + seconds
-        while time.perf_counter() < end:
-            await asyncio.sleep(min(0.5, max(end - time.perf_counter(), 0)))
-            in_flight.append(sum(not b.finished for b in p1.battles.values()))
-        s1, t1, c1, v1 = snapshot(), time.perf_counter(), time.process_time(), _server_cpu(server_pgid)
-    finally:
-        task.cancel()
+    t_warm = time.perf_counter()
+    await asyncio.sleep(warmup_s)
+    while (snapshot()["b"] < match.concurrency and time.perf_counter() - t_warm < max_warmup_s
+           and not (match.task is not None and match.task.done())):
+        await asyncio.sleep(0.5)
+    s0, t0, c0, v0 = snapshot(), time.perf_counter(), time.process_time(), _server_cpu(server_pgid)
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        await asyncio.sleep(min(0.5, max(end - time.perf_counter(), 0)))
+        in_flight.append(sum(not b.finished for b in match.me.battles.values()))
+    s1, t1, c1, v1 = snapshot(), time.perf_counter(), time.process_time(), _server_cpu(server_pgid)
     s0["cpu"], s1["cpu"] = c0, c1
     s0["server"], s1["server"] = v0, v1
     return s0, s1, t1 - t0, float(np.mean(in_flight)) if in_flight else 0.0
@@ -139,74 +120,28 @@ def _server_cpu(pgid: Optional[int]) -> float:
     return float("nan") if v is None else v
 
 
+_FOREVER = 10 ** 7  # battles: a phase plays until its window ends
+
+
 async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: float,
                           battle_format: str, server_pgid: Optional[int] = None) -> Window:
-    tag = run_id()
-    p1 = CountingRandomPlayer(**player_kwargs(url, f"ceil{tag}a", concurrency, battle_format))
-    p2 = CountingRandomPlayer(**player_kwargs(url, f"ceil{tag}b", concurrency, battle_format))
-    snap = lambda: {"b": p1.n_finished, "d": p1.n_decisions + p2.n_decisions}  # noqa: E731
+    """RandomPlayer against RandomPlayer at the same concurrency, on the same server."""
+    match = Match(url, "random", "random", concurrency=concurrency, battle_format=battle_format,
+                  account="ceil")
+    snap = lambda: {"b": match.me.n_finished,  # noqa: E731
+                    "d": match.me.n_decisions + match.opponent.n_decisions}
+    match.start(_FOREVER)
     try:
-        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap,
-                                                 server_pgid=server_pgid)
+        s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
     finally:
-        await forfeit_unfinished([p1, p2])
-        await close_players(p1, p2)
+        await match.close()
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
                   cpu_s=s1["cpu"] - s0["cpu"], in_flight=inflight,
                   server_cpu_s=s1["server"] - s0["server"])
 
 
-async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
-                         learn: bool = False, server_pgid: Optional[int] = None) -> Window:
-    """maple-async self-play (one agent drives both sides), optionally learning."""
-    import copy
-
-    from . import networks as nets
-    from .learner import Learner
-    from .runner import Agent, PolicyPlayer
-
-    net = nets.from_config(cfg.network)
-    policy = nets.InferencePolicy(copy.deepcopy(net), device)
-    trajs: list = []
-    agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=learn, on_trajectory=trajs.append)
-    learner = Learner(net, cfg.ppo, device) if learn else None
-    tag = run_id()
-    fmt, conc = cfg.runner.battle_format, cfg.runner.concurrency
-    fast = fast_kwargs(cfg.runner)
-    p1 = PolicyPlayer(agent, "self", **fast, **player_kwargs(url, f"bench{tag}a", conc, fmt))
-    p2 = PolicyPlayer(agent, "self", **fast, **player_kwargs(url, f"bench{tag}b", conc, fmt))
-    agent.batcher.start()
-    stop = asyncio.Event()
-
-    async def learn_loop():
-        version = 0
-        while not stop.is_set():
-            await asyncio.sleep(0.2)
-            if len(trajs) >= cfg.train.battles_per_update:
-                batch = trajs[:]
-                trajs.clear()
-                await asyncio.to_thread(learner.update, batch)
-                version += 1
-                agent.batcher.set_weights(learner.weights_cpu(), version)
-
-    learn_task = asyncio.get_running_loop().create_task(learn_loop()) if learn else None
+def _runner_window(match: Match, agent: Agent, s0: dict, s1: dict, dt: float, inflight: float) -> Window:
     st, bs = agent.stats, agent.batcher.stats
-
-    def snap():
-        return {"b": p1.results["won"] + p1.results["lost"] + p1.results["tied"], "d": st.decisions,
-                "nb": len(bs.batch_sizes), "nl": len(st.latencies), "t": st.timed, "enc": st.encode_s,
-                "fwd": bs.forward_s, "book": st.bookkeeping_s, "nbt": bs.batches, "wl": bs.wait_limit_s}
-    try:
-        s0, s1, dt, inflight = await _run_window(p1, p2, warmup_s, seconds, snap,
-                                                 server_pgid=server_pgid)
-    finally:
-        stop.set()
-        if learn_task is not None:
-            learn_task.cancel()
-        agent.closing = True
-        await forfeit_unfinished([p1, p2])
-        await close_players(p1, p2)
-        await agent.batcher.close()
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
                   cpu_s=s1["cpu"] - s0["cpu"], batch_sizes=bs.batch_sizes[s0["nb"]:s1["nb"]],
                   latencies=st.latencies[s0["nl"]:s1["nl"]], timed=s1["t"] - s0["t"],
@@ -214,6 +149,64 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
                   forward_s=s1["fwd"] - s0["fwd"], bookkeeping_s=s1["book"] - s0["book"],
                   batches=s1["nbt"] - s0["nbt"], wait_limit_s=s1["wl"] - s0["wl"],
                   in_flight=inflight, server_cpu_s=s1["server"] - s0["server"])
+
+
+def _runner_snapshot(match_of, agent: Agent):
+    """Counts of the match ``match_of()`` returns now and of ``agent`` (see _run_window)."""
+    st, bs = agent.stats, agent.batcher.stats
+
+    def snap():
+        r = match_of().results
+        return {"b": r["won"] + r["lost"] + r["tied"], "d": st.decisions,
+                "nb": len(bs.batch_sizes), "nl": len(st.latencies), "t": st.timed, "enc": st.encode_s,
+                "fwd": bs.forward_s, "book": st.bookkeeping_s, "nbt": bs.batches, "wl": bs.wait_limit_s}
+    return snap
+
+
+async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
+                         learn: bool = False, server_pgid: Optional[int] = None) -> Window:
+    """maple-async self-play (one agent drives both sides); with ``learn``, the training
+    run's own learning loop and collector, learning from self-play on this server."""
+    if learn:
+        return await _measure_learning(url, cfg, device, seconds, warmup_s, server_pgid)
+    from ..learn import networks as nets
+    agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher, reward_cfg=cfg.reward)
+    match = Match(url, agent, agent, concurrency=cfg.runner.concurrency, account="bench",
+                  battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner))
+    snap = _runner_snapshot(lambda: match, agent)
+    match.start(_FOREVER)
+    try:
+        s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
+    finally:
+        await match.close(close_batchers=True)
+    return _runner_window(match, agent, s0, s1, dt, inflight)
+
+
+async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: float,
+                            server_pgid: Optional[int]) -> Window:
+    import copy
+    import tempfile
+
+    from ..run.loop import LearningLoop
+    from ..run.transports import LocalTransport
+    c = copy.deepcopy(cfg)
+    with tempfile.TemporaryDirectory(prefix="maple-bench-") as run_dir:
+        c.train.opponents, c.train.total_battles, c.train.max_minutes = "self:1", 10 ** 9, 0.0
+        c.train.run_dir, c.train.tensorboard, c.train.checkpoint_every_updates = run_dir, False, 10 ** 9
+        loop = LearningLoop(c, device, quiet=True, handle_signals=False)
+        transport = LocalTransport(c, device, url, quiet=True)
+        task = asyncio.get_running_loop().create_task(loop.run(transport))
+        col = transport.collector
+        try:
+            while not col.lanes or col.lanes[0].task is None:
+                await asyncio.sleep(0.05)
+            match = col.lanes[0].match
+            snap = _runner_snapshot(lambda: col.lanes[0].match, col.agent)
+            s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
+        finally:
+            loop.request_stop("bench window over")
+            await task
+    return _runner_window(match, col.agent, s0, s1, dt, inflight)
 
 
 def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -> dict:
@@ -292,7 +285,7 @@ def report(s: dict, label: str = "") -> str:
 
 def parse_sweep(spec: str) -> list[dict]:
     """``"concurrency=8,32 max_wait_ms=0,2"`` -> every combination as override dicts."""
-    from .config import ConfigError
+    from ..config import ConfigError
     aliases = {"concurrency": "runner.concurrency", "max_wait_ms": "batcher.max_wait_ms",
                "wait_per_side_ms": "batcher.wait_per_side_ms",
                "max_batch_size": "batcher.max_batch_size", "network": "network.kind"}

@@ -1,16 +1,14 @@
 """Derived observation features, computed for a whole batch at once.
 
-The encoder (:mod:`maple_async.encoding`) writes what it reads from one battle. The
+The encoder (:mod:`maple_async.obs.encoding`) writes what it reads from one battle. The
 columns that are *functions of other columns* it leaves at zero; :func:`derive` fills
 them for a batch of observations with about sixty numpy calls, whatever the batch size.
-:class:`~maple_async.networks.InferencePolicy` derives every batch before its forward pass
-and the learner derives its rollouts, so the networks always see the complete
-observation. Per battle in Python this was about a third of the encoder's cost. Batched,
-on the 2-core test machine: ~230 us for a batch of 19 and ~5 us per observation from 128
-on, when warm; live at concurrency 64 (cold caches, batches of ~19) it adds 40-70 us per
-decision to the batch's cost, about what it takes off the encoder.
+It is the ``features`` step of :class:`~maple_async.inference.policy.InferencePolicy`
+(every batch, before its forward pass) and of the learner (its rollouts), so the networks
+always see the complete observation. Per battle in Python this was about a third of the
+encoder's cost (docs/benchmarks.md).
 
-What is derived (the formulas are those documented in :mod:`maple_async.encoding`):
+What is derived (the formulas are those documented in :mod:`maple_async.obs.encoding`):
 
 - per Pokémon block, the matchup against the other side's active Pokémon: best type
   effectiveness of its types against it and of its types against this one (log2 / 2,
@@ -31,6 +29,7 @@ Deriving an observation twice gives the same observation.
 from __future__ import annotations
 
 import math
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -93,6 +92,10 @@ DERIVED_COLUMNS = np.array(
 def _boost(b: np.ndarray) -> np.ndarray:
     """Stat multiplier of boost stage ``b`` (-6..6)."""
     return np.where(b >= 0, (2.0 + b) / 2.0, 2.0 / (2.0 - np.minimum(b, 0.0)))
+
+
+# A step applied to observation batches before a forward pass (derive, or None for raw inputs).
+Features = Optional[Callable[[np.ndarray], np.ndarray]]
 
 
 def derive(obs: np.ndarray) -> np.ndarray:

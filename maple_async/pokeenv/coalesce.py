@@ -22,10 +22,8 @@ dozens of frames, and ``PSClient.listen`` (``async for message in websocket``: `
 returns at once while messages are buffered) creates a task for each before any of them
 runs. Orders that a batch resolved in the meantime are sent only after all those frames
 are parsed, and the simulator sits idle until they arrive. Yielding once before each
-``recv`` puts the resolved battles' continuations (their orders) ahead of the next frame.
-Measured at 128 battles in flight on 2 cores (README, "Where the time goes"): the waves
-flatten (batch p95 235 -> 119, decision latency p99 128 -> 78 ms); decisions/s went from
-0.84 to 0.97 of the ceiling in one A/B and from 0.91 to 0.92 in another.
+``recv`` puts the resolved battles' continuations (their orders) ahead of the next frame
+(docs/benchmarks.md has the A/B).
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
-"""The trainer's loop decisions, without a server: when a lane dies it is a fault or a bug."""
+"""The collector's decisions, without a server: when a lane dies it is a fault or a bug."""
 
 import asyncio
-import time
 
 import pytest
 
 from maple_async import config as C
-from maple_async import trainer as T
+from maple_async.collect import collector as T
 
 
-def _trainer(tmp_path):
+def _collector(tmp_path):
     cfg = C.load(None, {"train.run_dir": str(tmp_path / "run"), "train.tensorboard": False,
                         "network.hidden_size": 16})
-    return T.Trainer(cfg, "cpu", quiet=True)
+    return T.Collector(cfg, "cpu", lambda traj: None, quiet=True)
 
 
 async def _dead_lane(exc=None):
@@ -23,24 +22,23 @@ async def _dead_lane(exc=None):
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert task.done()
-    return T.Lane("self", None, None, 1, task)
+    return T.Lane("self", None, 1, task)
 
 
 async def _loop_once(tr, lanes):
     tr._wake.set()
-    last = {"t": time.perf_counter(), **tr.throughput_counters()}
-    return await asyncio.wait_for(tr._train_until_stop_or_fault(lanes, last, time.perf_counter(), 0), 10)
+    return await asyncio.wait_for(tr.until_stop_or_fault(lanes), 10)
 
 
 async def test_lanes_done_cleanly_stop_the_run(tmp_path):
-    tr = _trainer(tmp_path)
+    tr = _collector(tmp_path)
     await _loop_once(tr, [await _dead_lane()])
     assert tr._stop.is_set() and not tr._fault.is_set()
 
 
 async def test_lane_dead_with_server_down_is_a_fault_not_the_end(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "_WATCH_PERIOD_S", 0.5)
-    tr = _trainer(tmp_path)
+    tr = _collector(tmp_path)
     lane = await _dead_lane(ConnectionError("socket closed"))
     # The server watcher flags the fault a moment later.
     asyncio.get_running_loop().call_later(0.2, tr._fault.set)
@@ -50,7 +48,7 @@ async def test_lane_dead_with_server_down_is_a_fault_not_the_end(tmp_path, monke
 
 async def test_lane_dead_with_server_up_raises_the_lanes_error(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "_WATCH_PERIOD_S", 0.05)
-    tr = _trainer(tmp_path)
+    tr = _collector(tmp_path)
     lane = await _dead_lane(ValueError("bug in a lane"))
     with pytest.raises(RuntimeError, match="lane self failed") as e:
         await _loop_once(tr, [lane])

@@ -26,7 +26,7 @@ remaining HP (Showdown's damage formula with stats, boosts, STAB, effectiveness,
 and burn; clipped to 2) / 2, and whether that estimate knocks it out.
 
 The *derived* columns are functions of other columns. :func:`encode` leaves them at zero;
-:func:`maple_async.features.derive` fills them for a whole batch at once (the inference
+:func:`maple_async.obs.features.derive` fills them for a whole batch at once (the inference
 policy and the learner call it, so networks always see them). Per battle in Python they
 were about a third of the encoder's cost.
 
@@ -54,7 +54,7 @@ from poke_env.battle.weather import Weather
 from poke_env.data import GenData
 from poke_env.player.battle_order import BattleOrder, DefaultBattleOrder, SingleBattleOrder
 
-from .fastbattle import ALL, party_slots, take_changes
+from ..pokeenv.fastbattle import ALL, party_slots, take_changes
 
 N_ACTIONS = 26
 N_TYPES = 18
@@ -239,7 +239,7 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
 
 def _encode_mon(w, base: int, mon, r: tuple, is_active: bool) -> tuple:
     """Write one Pokémon block (``r``: its slots) at ``base`` (its matchup columns are
-    derived later, batched: :mod:`maple_async.features`); return whether it is fainted
+    derived later, batched: :mod:`maple_async.obs.features`); return whether it is fainted
     and its HP fraction."""
     row, _, _ = _poke_static(mon, r)
     w[base:base + POKE_DIM] = row
@@ -266,7 +266,7 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool) -> tuple:
 class _Teams:
     """Both team blocks of one battle as last encoded, with what they were built from.
 
-    A battle that tracks its changed Pokémon (:class:`~maple_async.fastbattle.FastBattle`)
+    A battle that tracks its changed Pokémon (:class:`~maple_async.pokeenv.fastbattle.FastBattle`)
     keeps one between decisions (in its ``__dict__``) and the next encoding re-reads only
     the Pokémon that changed (other battles are read by :func:`_read_teams`). Per side
     (0 own, 1 opponent), in team order: the Pokémon, their slots, and from their blocks:
@@ -391,12 +391,12 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     """Encode ``battle`` from its player's point of view into a float32 vector.
 
     ``side_state``, when given, is filled with what the reward shaping reads (see
-    :func:`maple_async.rewards.side_state`), from the same attribute reads: own HP sum,
+    :func:`maple_async.obs.rewards.side_state`), from the same attribute reads: own HP sum,
     own fainted, opponent HP sum (unrevealed Pokémon at full HP), opponent fainted.
     ``mask``, when given (bool, ``N_ACTIONS``), is filled as :func:`action_mask` fills it,
     from the same reads; ``moves``, when given, is filled with the moves that move actions
     name (what :func:`action_to_order` needs, as it would find them). With ``incremental``
-    and a battle that tracks its changes (:class:`~maple_async.fastbattle.FastBattle`), only
+    and a battle that tracks its changes (:class:`~maple_async.pokeenv.fastbattle.FastBattle`), only
     the Pokémon that changed since the battle's previous encoding are read again (the
     result is the same); otherwise everything is read and no cache is kept or touched.
     """

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import nn
 
-from . import encoding as enc
-from .features import derive
+from ..obs import encoding as enc
 
 
 class EntityHead(nn.Module):
@@ -25,7 +23,7 @@ class EntityHead(nn.Module):
     ``logit = <embed(entity), W y> + w . embed(entity)``: one scorer shared by the six
     switch slots and one by the four move slots, so what is learned about a move (its
     damage estimate, effectiveness, a KO) holds in every slot. Added to the plain linear
-    head's logits; needs the :mod:`maple_async.encoding` layout and 26 actions.
+    head's logits; needs the :mod:`maple_async.obs.encoding` layout and 26 actions.
     """
 
     def __init__(self, hidden_size: int, d: int = 64):
@@ -187,14 +185,14 @@ class LSTMPolicy(_Recurrent):
 class AttentionPolicy(_Recurrent):
     """Self-attention over entity tokens (12 Pokémon, 4 moves, field) -> LSTM -> heads.
 
-    The token layout follows :mod:`maple_async.encoding`; a learned embedding tells
+    The token layout follows :mod:`maple_async.obs.encoding`; a learned embedding tells
     apart own/opponent/move/field tokens.
     """
 
     def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1,
                  attention_heads: int = 4, entity_head: bool = True, **_):
         if obs_dim != enc.OBS_DIM:
-            raise ValueError("AttentionPolicy needs the maple_async.encoding layout")
+            raise ValueError("AttentionPolicy needs the maple_async.obs.encoding layout")
         super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers, entity_head)
         d = hidden_size
         self.poke_embed = nn.Linear(enc.POKE_DIM, d)
@@ -240,75 +238,6 @@ def from_config(net_cfg) -> PolicyNetwork:
                  entity_head=net_cfg.entity_head)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` = cuda > mps > cpu. Asking for an absent device is a clear error."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was requested but torch.cuda.is_available() is False")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError("--device mps was requested but MPS is not available")
-    return torch.device(name)
-
-
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Illegal actions get -inf-like logits. Used identically at collection and update."""
     return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
-
-
-class InferencePolicy:
-    """A network on a device, used for batched acting (no gradients).
-
-    Observations in the :mod:`maple_async.encoding` layout get their derived columns
-    filled first (:func:`maple_async.features.derive`, once per batch). One host->device
-    copy of the inputs and one device->host copy of the outputs per batch. Weights can be
-    swapped between batches with :meth:`load_state_dict`.
-    """
-
-    def __init__(self, network: PolicyNetwork, device: torch.device | str = "cpu", greedy: bool = False):
-        self.device = torch.device(device)
-        self.network = network.to(self.device).eval()
-        self.hidden_dim = network.hidden_dim
-        self.greedy = greedy
-        self.version = 0
-
-    def load_state_dict(self, state_dict, version: Optional[int] = None) -> None:
-        self.network.load_state_dict(state_dict)
-        self.version = self.version + 1 if version is None else version
-
-    @torch.inference_mode()
-    def act(self, obs, mask, hidden: torch.Tensor):
-        """``obs [B, D]`` and ``mask [B, A]`` numpy arrays; ``hidden [B, H]`` CPU tensor.
-        A float32 ``obs`` in the encoder's layout gets its derived columns filled in place.
-
-        Returns numpy ``actions, logps, values`` and the new hidden state on the CPU.
-        """
-        dev = self.device
-        if obs.shape[-1] == enc.OBS_DIM:
-            obs = derive(np.ascontiguousarray(obs, dtype=np.float32))
-        x, m, h = torch.from_numpy(obs), torch.from_numpy(mask), hidden
-        if dev.type != "cpu":
-            x, m, h = (t.to(dev, non_blocking=True) for t in (x, m, h))
-        (logits, values), new_h = self.network(x, h)
-        logp_all = torch.log_softmax(masked_logits(logits, m), dim=-1)
-        if self.greedy:
-            actions = logp_all.argmax(dim=-1)
-        else:
-            actions = sample_categorical(logp_all)
-        logps = logp_all.gather(1, actions.unsqueeze(1)).squeeze(1)
-        out = torch.stack([actions.to(logps.dtype), logps, values], dim=0).cpu()
-        return (out[0].long().numpy(), out[1].numpy(), out[2].numpy(),
-                new_h.cpu() if self.hidden_dim else hidden)
-
-
-def sample_categorical(logp: torch.Tensor) -> torch.Tensor:
-    """One action per row from log-probabilities ``[B, A]`` (Gumbel-max: argmax of
-    ``logp + Gumbel noise``; the same distribution as ``torch.multinomial`` at a tenth of
-    its cost on a small CPU batch). Masked actions (``-inf`` or a huge negative) are never
-    drawn."""
-    u = torch.rand_like(logp)
-    return (logp - torch.log(-torch.log(u))).argmax(dim=-1)

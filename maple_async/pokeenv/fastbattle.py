@@ -12,7 +12,7 @@ compares every slot. A request also leaves alone the Pokémon whose entry equals
 request's and that no message touched since (poke-env would set the same slots to the same
 values): about three in four entries of the recorded battles.
 
-Only the battles of our own :class:`~maple_async.runner.PolicyPlayer` (through the
+Only the battles of our own :class:`~maple_async.pokeenv.players.PolicyPlayer` (through the
 :class:`FastBattles` mixin) are converted, by ``__class__`` assignment (layout-compatible:
 the subclasses add no slots); the RandomPlayer ceiling that the bench measures against
 stays stock poke-env.

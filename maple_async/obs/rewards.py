@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import RewardConfig
+from ..config import RewardConfig
 
 COMPONENTS = ("win", "hp", "faint", "turn")
 
@@ -17,7 +17,7 @@ COMPONENTS = ("win", "hp", "faint", "turn")
 def side_state(battle) -> tuple[float, int, float, int]:
     """(own HP fraction sum, own fainted, opponent HP fraction sum with unrevealed
     Pokémon at full HP, opponent fainted) over the Pokémon the observation holds (six a
-    side). :func:`maple_async.encoding.encode` computes the same while encoding; this is
+    side). :func:`maple_async.obs.encoding.encode` computes the same while encoding; this is
     the stand-alone version."""
     own_hp = own_fainted = 0.0
     for mon in list(battle.team.values())[:6]:

@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
+
 FORMAT = "maple-async/1"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint is missing, unreadable or does not fit the network."""
 
 

@@ -1,0 +1,256 @@
+"""One policy in play: its batcher, its battles' hidden states, trajectories and statistics.
+
+:meth:`Agent.choose` is a decision: encode the battle, ask the batcher, turn the action into
+an order, record the step. Several players (self-play's two sides, or a player per opponent
+lane) may share one agent, so all their battles batch together.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Optional
+
+import numpy as np
+from poke_env.player.battle_order import DefaultBattleOrder
+
+from ..config import BatcherConfig, RewardConfig
+from ..inference.batcher import InferenceBatcher
+from ..inference.hidden import HiddenStates
+from ..obs import encoding as enc
+from ..obs.rewards import RewardTracker
+
+CPU_SAMPLE = 8  # the encode / bookkeeping CPU split is measured on one decision in this many
+
+
+@dataclass
+class Trajectory:
+    """One side of one battle, in decision order."""
+
+    key: Hashable
+    obs: list = field(default_factory=list)
+    masks: list = field(default_factory=list)
+    actions: list = field(default_factory=list)
+    logps: list = field(default_factory=list)
+    values: list = field(default_factory=list)
+    rewards: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
+    outcome: float = 0.0  # +1 won, -1 lost, 0 tie
+    opponent: str = "self"
+    reward_totals: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "obs": np.stack(self.obs).astype(np.float32),
+            "masks": np.stack(self.masks).astype(bool),
+            "actions": np.asarray(self.actions, dtype=np.int64),
+            "logps": np.asarray(self.logps, dtype=np.float32),
+            "values": np.asarray(self.values, dtype=np.float32),
+            "rewards": np.asarray(self.rewards, dtype=np.float32),
+            "versions": np.asarray(self.versions, dtype=np.int64),
+        }
+
+
+class NoOrder:
+    """An order that sends nothing: for battles abandoned while a decision was pending
+    (poke-env sends an order only when its message is non-empty)."""
+
+    message = ""
+
+
+NO_ORDER = NoOrder()
+
+
+@dataclass
+class _Live:
+    """Bookkeeping for one live battle side."""
+
+    generation: int
+    rewards: RewardTracker
+    traj: Optional[Trajectory]
+    opponent: str
+    last_rqid: object = None
+    tried: set = field(default_factory=set)
+    hidden_before: object = None
+    last_active: float = 0.0
+
+
+@dataclass
+class AgentStats:
+    decisions: int = 0
+    fallbacks: int = 0  # default orders after a failed forward or no legal action
+    retries: int = 0  # re-decisions after [Invalid choice]
+    battles: int = 0
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    abandoned: int = 0
+    invalid_choices: int = 0  # |error|[Invalid choice]: our order was malformed/illegal
+    unavailable_choices: int = 0  # |error|[Unavailable choice]: hidden info (e.g. trapping)
+    other_server_errors: int = 0
+    # Python CPU of encode and of the rest of a decision, on every CPU_SAMPLE-th decision
+    # (``timed`` of them): each CPU-clock read is a system call (~2 us on a VM).
+    timed: int = 0
+    encode_s: float = 0.0
+    bookkeeping_s: float = 0.0
+    latencies: list = field(default_factory=list)  # request -> order, seconds (bounded)
+    by_opponent: dict = field(default_factory=dict)  # name -> [wins, battles]
+
+    @property
+    def win_rate(self) -> float:
+        return self.wins / self.battles if self.battles else 0.0
+
+
+class Agent:
+    """A policy in play: batcher + per-battle hidden states + trajectories + stats."""
+
+    def __init__(self, policy, batcher_cfg: BatcherConfig, *, reward_cfg: Optional[RewardConfig] = None,
+                 record: bool = False,
+                 on_trajectory: Optional[Callable[[Trajectory], None]] = None,
+                 name: str = "agent"):
+        self.policy = policy
+        self.name = name
+        self.hidden = HiddenStates(policy.hidden_dim)
+        self.batcher = InferenceBatcher(
+            policy, self.hidden, max_batch_size=batcher_cfg.max_batch_size,
+            max_wait_ms=batcher_cfg.max_wait_ms, wait_per_side_ms=batcher_cfg.wait_per_side_ms,
+            offload_min_batch=batcher_cfg.offload_min_batch)
+        self.reward_cfg = reward_cfg or RewardConfig()
+        self.record = record
+        self.on_trajectory = on_trajectory
+        self.live: dict[Hashable, _Live] = {}
+        self.stats = AgentStats()
+        self._tick = 0
+        self.closing = False  # set at shutdown: no new decisions
+
+    @staticmethod
+    def key(battle) -> tuple[str, str]:
+        return (battle.battle_tag, battle.player_role or battle.player_username)
+
+    async def choose(self, battle, opponent: str):
+        # Wall clock for latency and inactivity; this thread's CPU time for the cost split
+        # on a sample of decisions (each read of it is a system call: five per decision).
+        t_start = time.perf_counter()
+        if self.closing:
+            return NO_ORDER  # shutting down: the battle is being forfeited
+        self._tick += 1
+        timed = self._tick % CPU_SAMPLE == 0
+        c0 = time.thread_time() if timed else 0.0
+        # Observation, action mask and move choices first: they read only the battle.
+        state: list = []
+        moves: list = []
+        mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+        obs = enc.encode(battle, side_state=state, mask=mask, moves=moves)
+        c1 = time.thread_time() if timed else 0.0
+        key = self.key(battle)
+        live = self.live.get(key)
+        if live is None:
+            gen = self.hidden.start(key)
+            live = _Live(gen, RewardTracker(self.reward_cfg),
+                         Trajectory(key, opponent=opponent) if self.record else None, opponent)
+            self.live[key] = live
+        live.last_active = t_start
+
+        # Being asked again for the same decision point means Showdown rejected our order:
+        # [Invalid choice] (poke-env re-asks with the same request, same rqid) or
+        # [Unavailable choice] when a hidden trapping ability is revealed (Showdown sends
+        # the request again, marked ``update``). Undo that step and decide again without
+        # the rejected action(s), on the refreshed request.
+        request = battle.last_request or {}
+        rqid = request.get("rqid")
+        retry = live.last_rqid is not None and (rqid == live.last_rqid or bool(request.get("update")))
+        if retry:
+            self.stats.retries += 1
+            if live.hidden_before is not None:
+                self.hidden.put(key, live.generation, live.hidden_before)
+            if live.traj is not None and len(live.traj):
+                for lst in (live.traj.obs, live.traj.masks, live.traj.actions, live.traj.logps,
+                            live.traj.values, live.traj.rewards, live.traj.versions):
+                    lst.pop()
+        else:
+            live.tried = set()
+            live.last_rqid = rqid
+        for a in live.tried:
+            mask[a] = False
+        if not enc.any_legal(mask):
+            self.stats.fallbacks += 1
+            return DefaultBattleOrder()
+        reward = 0.0 if retry else live.rewards.step(battle, state)
+        if live.traj is not None and len(live.traj) and not retry:
+            live.traj.rewards[-1] += reward
+        if self.hidden.hidden_dim:
+            live.hidden_before = self.hidden.get(key)
+        c2 = time.thread_time() if timed else 0.0
+
+        decision = await self.batcher.decide(key, live.generation, obs, mask)
+
+        c3 = time.thread_time() if timed else 0.0
+        stats = self.stats
+        if self.live.get(key) is not live or self.closing:
+            # Abandoned while we waited, or shutting down (the battle is being forfeited:
+            # an order now would only earn "[Invalid choice] There's nothing to choose").
+            return NO_ORDER
+        if decision.action < 0 or not mask[decision.action]:
+            stats.fallbacks += 1
+            legal = np.flatnonzero(mask)
+            order = enc.action_to_order(battle, int(random.choice(legal)), moves)
+        else:
+            live.tried.add(decision.action)
+            order = enc.action_to_order(battle, decision.action, moves)
+            if live.traj is not None:
+                tr = live.traj
+                tr.obs.append(obs)
+                tr.masks.append(mask)
+                tr.actions.append(decision.action)
+                tr.logps.append(decision.logp)
+                tr.values.append(decision.value)
+                tr.rewards.append(0.0)
+                tr.versions.append(decision.version)
+        stats.decisions += 1
+        if timed:
+            c4 = time.thread_time()
+            stats.timed += 1
+            stats.encode_s += c1 - c0
+            stats.bookkeeping_s += (c2 - c1) + (c4 - c3)
+        if len(stats.latencies) < 200_000:
+            stats.latencies.append(time.perf_counter() - t_start)
+        return order
+
+    def finished(self, battle) -> None:
+        key = self.key(battle)
+        live = self.live.pop(key, None)
+        self.hidden.end(key)
+        self.batcher.notify()
+        if live is None:
+            return  # the battle ended before we were ever asked to decide
+        s = self.stats
+        s.battles += 1
+        outcome = 1.0 if battle.won else (-1.0 if battle.lost else 0.0)
+        s.wins += outcome > 0
+        s.losses += outcome < 0
+        s.ties += outcome == 0
+        w_b = s.by_opponent.setdefault(live.opponent, [0, 0])
+        w_b[0] += outcome > 0
+        w_b[1] += 1
+        traj = live.traj
+        if traj is not None and len(traj):
+            traj.rewards[-1] += live.rewards.final(battle)
+            traj.outcome = outcome
+            traj.reward_totals = dict(live.rewards.totals)
+            if self.on_trajectory is not None:
+                self.on_trajectory(traj)
+
+    def abandon(self, key: Hashable) -> None:
+        """Forget a battle side without training on it (its partial trajectory is dropped)."""
+        if self.live.pop(key, None) is not None:
+            self.stats.abandoned += 1
+        self.hidden.end(key)
+        self.batcher.notify()
+
+    def stale_keys(self, older_than_s: float) -> list:
+        now = time.perf_counter()
+        return [k for k, v in self.live.items() if now - v.last_active > older_than_s]

@@ -1,0 +1,188 @@
+"""The collector: lanes of battles on one server, emitting finished trajectories.
+
+One lane per opponent kind of ``train.opponents`` (self-play, league, baselines), its
+concurrency split by the mix's weights; every lane is a
+:class:`~maple_async.collect.match.Match`. The learner's side of every lane is one
+:class:`~maple_async.collect.agent.Agent`, so all its battles batch together. Weights arrive
+with :meth:`Collector.apply`; finished trajectories leave through ``on_trajectory``.
+
+A server that dies (or stops answering twice in a row), or players that never log in, are
+a fault: in-flight battles are abandoned (never trained on), the server is recovered and
+new lanes start. The same collector runs in the training process, in a shard's worker
+process and in a Ray actor (:mod:`maple_async.run.transports`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..config import Config, parse_opponent_mix
+from ..inference.policy import InferencePolicy
+from ..learn import networks as nets
+from ..pokeenv.players import fast_kwargs
+from .agent import Agent, Trajectory
+from .match import Match
+
+_WATCH_PERIOD_S = 2.0  # server health poll
+_LOGIN_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Lane:
+    name: str
+    match: Optional[Match]
+    n_battles: int
+    task: Optional[asyncio.Task] = None
+
+
+class Collector:
+    def __init__(self, cfg: Config, device, on_trajectory: Callable[[Trajectory], None], quiet: bool = False):
+        self.cfg = cfg
+        self.quiet = quiet
+        self.mix = parse_opponent_mix(cfg.train.opponents)
+        self.agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
+                           reward_cfg=cfg.reward, record=True, on_trajectory=on_trajectory, name="learner")
+        self.league_agent: Optional[Agent] = None
+        if "league" in self.mix:
+            self.league_agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
+                                      name="league")
+        self.agents = [a for a in (self.agent, self.league_agent) if a is not None]
+        self._wake = asyncio.Event()  # a stop request, a fault, or a lane that ended
+        self._stop = asyncio.Event()
+        self._fault = asyncio.Event()
+        self.faults = 0
+        self.stop_reason = ""
+        self.lanes: list[Lane] = []  # the lanes playing now
+
+    def _print(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)
+
+    def apply(self, msg: dict) -> None:
+        """New weights from the learner: ``{"weights", "version", "league"}``."""
+        self.agent.batcher.set_weights(msg["weights"], msg["version"])
+        if self.league_agent is not None and msg.get("league") is not None:
+            self.league_agent.batcher.set_weights(msg["league"])
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            self._stop.set()
+            self._wake.set()
+
+    # -- lanes ---------------------------------------------------------------------------
+    def make_lanes(self, url: str) -> list[Lane]:
+        """One match per opponent kind, concurrency split by the mix's weights."""
+        cfg = self.cfg
+        lanes = []
+        for i, (name, share) in enumerate(sorted(self.mix.items())):
+            c = max(1, round(cfg.runner.concurrency * share))
+            # Enough battles never to run dry; the learning loop stops the lanes when done.
+            n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
+            opponent = {"self": self.agent, "league": self.league_agent}.get(name, name)
+            labels = (name, "learner" if name == "league" else "self")
+            match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{i}",
+                          battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
+                          battle_timeout_s=cfg.runner.battle_timeout_s, labels=labels)
+            lanes.append(Lane(name, match, n))
+        return lanes
+
+    def _start_lanes(self, url: str) -> tuple[list[Lane], list[asyncio.Task]]:
+        loop = asyncio.get_running_loop()
+        lanes = self.lanes = self.make_lanes(url)
+        for ln in lanes:
+            ln.task = ln.match.start(ln.n_battles)
+            ln.task.add_done_callback(lambda _t: self._wake.set())
+        players = [p for ln in lanes for p in ln.match.players]
+        tasks = [loop.create_task(self._watch_logins(players))]
+        self._print("[train] lanes: " + ", ".join(
+            f"{ln.name} (concurrency {ln.match.concurrency})" for ln in lanes))
+        return lanes, tasks
+
+    async def _stop_lanes(self, lanes: list[Lane], tasks: list, forfeit: bool, grace_s: float = 10.0) -> None:
+        for t in tasks:
+            t.cancel()
+        for ln in lanes:
+            ln.match.halt()  # every lane's battles abandoned before any forfeit goes out
+        await asyncio.gather(*(ln.match.close(forfeit=forfeit, grace_s=grace_s) for ln in lanes))
+
+    # -- watchers ----------------------------------------------------------------------------
+    def _flag_fault(self) -> None:
+        self._fault.set()
+        self._wake.set()
+
+    async def _watch_server(self, server, period_s: Optional[float] = None) -> None:
+        """Flag a fault when the server process dies or stops answering twice in a row."""
+        misses = 0
+        while True:
+            await asyncio.sleep(period_s or _WATCH_PERIOD_S)
+            if server.managed is not None and not server.managed.alive():
+                misses = 2
+            else:
+                misses = 0 if await server.healthy() else misses + 1
+            if misses >= 2:
+                self._flag_fault()
+                return
+
+    async def _watch_logins(self, players: list, timeout_s: float = _LOGIN_TIMEOUT_S) -> None:
+        """A player that never logs in would leave its lane idle forever (seen with 8 servers
+        starting at once): treat it as a server fault, so the lanes restart with new accounts."""
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.ps_client.logged_in.wait() for p in players)),
+                                   timeout_s)
+        except asyncio.TimeoutError:
+            missing = [p.username for p in players if not p.ps_client.logged_in.is_set()]
+            self._print(f"[train] not logged in after {timeout_s:.0f}s: {', '.join(missing)}")
+            self._flag_fault()
+
+    # -- the run -----------------------------------------------------------------------------
+    async def run(self, server) -> None:
+        """Play until :meth:`request_stop` (or every lane finished); survive server faults.
+        ``server``: a :class:`~maple_async.server.ServerHandle`."""
+        loop = asyncio.get_running_loop()
+        for a in self.agents:
+            a.batcher.start()
+        lanes: list[Lane] = []
+        tasks: list = []
+        try:
+            while not self._stop.is_set():
+                self._fault.clear()
+                lanes, tasks = self._start_lanes(server.url)
+                tasks.append(loop.create_task(self._watch_server(server)))
+                await self.until_stop_or_fault(lanes)
+                if not self._fault.is_set() or self._stop.is_set():
+                    break
+                in_flight = sum(len(a.live) for a in self.agents)
+                self._print(f"[train] server fault: abandoning {in_flight} in-flight battle sides "
+                            f"(partial trajectories dropped, finished ones kept); recovering the server")
+                self.faults += 1
+                await self._stop_lanes(lanes, tasks, forfeit=False)
+                lanes, tasks = [], []
+                await server.recover()
+                self._print(f"[train] server back at {server.url}; resuming")
+        finally:
+            await self._stop_lanes(lanes, tasks, forfeit=True)
+            for a in self.agents:
+                await a.batcher.close()
+
+    async def until_stop_or_fault(self, lanes: list[Lane]) -> None:
+        """Wait for a stop request or a fault. Lanes that all ended stop the run, unless one
+        of them failed: then a fault is expected within a few server polls (the server died
+        under it); without one it is a bug, and it is raised."""
+        while not self._stop.is_set() and not self._fault.is_set():
+            await self._wake.wait()
+            self._wake.clear()
+            if not lanes or not all(ln.task.done() for ln in lanes):
+                continue
+            failed = [ln for ln in lanes if not ln.task.cancelled() and ln.task.exception()]
+            if not failed:
+                self.request_stop("all lanes finished")
+                continue
+            try:
+                await asyncio.wait_for(self._fault.wait(), 3 * _WATCH_PERIOD_S)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"lane {failed[0].name} failed with the server up") \
+                    from failed[0].task.exception()

@@ -1,0 +1,178 @@
+"""A match: two players on one server, built, run and torn down in one place.
+
+Each side is an :class:`~maple_async.collect.agent.Agent` (our policy, through a
+:class:`~maple_async.pokeenv.players.PolicyPlayer`) or a baseline's name (``random``,
+``max_power``, ``heuristics``). :class:`Match` starts the agents' batchers and a watchdog
+that forfeits silent battles; :meth:`Match.close` forfeits what still runs, closes the
+sockets and, if asked, the batchers. ``play``, ``eval``, ``bench`` and the training
+collector all play through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from ..pokeenv.players import (PolicyPlayer, close_players, forfeit_unfinished, make_baseline,
+                               player_kwargs, run_id)
+from .agent import Agent
+
+log = logging.getLogger("maple_async.match")
+
+Side = Union[Agent, str]  # an agent, or a baseline's name
+
+
+class Match:
+    """``me`` against ``opponent`` on ``url``, ``concurrency`` battles in flight.
+
+    ``labels``: what each side's trajectories and statistics call the other (default: the
+    baseline's name, or ``self`` when both sides are the same agent).
+    ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config.
+    """
+
+    def __init__(self, url: str, me: Side, opponent: Side, *, concurrency: int,
+                 battle_format: str = "gen9randombattle", battle_options: Optional[dict] = None,
+                 battle_timeout_s: float = 300.0, account: str = "mpl",
+                 labels: Optional[tuple[str, str]] = None):
+        self.concurrency = concurrency
+        self.battle_timeout_s = battle_timeout_s
+        if labels is None:
+            labels = tuple("self" if isinstance(other, Agent) else other for other in (opponent, me))
+        tag = run_id()
+        fast = battle_options or {}
+
+        def player(side: Side, label: str, suffix: str):
+            name = f"{account}{tag}{suffix}"
+            if isinstance(side, Agent):
+                return PolicyPlayer(side, label, **fast,
+                                    **player_kwargs(url, name, concurrency, battle_format))
+            return make_baseline(side, url, name, concurrency, battle_format)
+
+        self.me = player(me, labels[0], "a")
+        self.opponent = player(opponent, labels[1], "b")
+        self.players = [self.me, self.opponent]
+        self.agents = list(dict.fromkeys(s for s in (me, opponent) if isinstance(s, Agent)))
+        self.task: Optional[asyncio.Task] = None
+        self._watchdog: Optional[asyncio.Task] = None
+
+    @property
+    def results(self) -> dict:
+        """``me``'s wins, losses and ties so far (a baseline side counts finished battles only)."""
+        if isinstance(self.me, PolicyPlayer):
+            return self.me.results
+        return {"won": 0, "lost": 0, "tied": self.me.n_finished}
+
+    def start(self, n_battles: int) -> asyncio.Task:
+        """Start the batchers, the watchdog and ``n_battles`` battles; returns their task."""
+        loop = asyncio.get_running_loop()
+        for a in self.agents:
+            a.closing = False
+            a.batcher.start()
+        if self.agents:
+            self._watchdog = loop.create_task(
+                watchdog(self.agents, self.players, self.battle_timeout_s), name="maple-watchdog")
+        self.task = loop.create_task(self.me.battle_against(self.opponent, n_battles=n_battles),
+                                     name="maple-match")
+        return self.task
+
+    async def play(self, n_battles: int) -> float:
+        """Play ``n_battles`` to the end; returns the seconds they took."""
+        t0 = time.perf_counter()
+        await self.start(n_battles)
+        return time.perf_counter() - t0
+
+    def halt(self) -> None:
+        """Stop new battles and decisions; abandon in-flight ones (never trained on). Called
+        first by :meth:`close`; call it on every match first to stop several at once."""
+        for t in (self.task, self._watchdog):
+            if t is not None:
+                t.cancel()
+        # Abandon before forfeiting, so the forfeits' end messages make no trajectories.
+        tags = {tag for p in self.players for tag in p.battles}
+        for a in self.agents:
+            a.closing = True
+            for key in [k for k in a.live if k[0] in tags]:
+                a.abandon(key)
+
+    async def close(self, forfeit: bool = True, grace_s: float = 0.0, close_batchers: bool = False) -> None:
+        """:meth:`halt`, then forfeit what still runs (waiting up to ``grace_s`` for it to
+        end) and close the sockets (and the agents' batchers when ``close_batchers``)."""
+        self.halt()
+        if forfeit:
+            await forfeit_unfinished(self.players)
+            deadline = time.perf_counter() + grace_s
+            while time.perf_counter() < deadline and any(
+                    not b.finished for p in self.players for b in p.battles.values()):
+                await asyncio.sleep(0.1)
+        await close_players(*self.players)
+        if close_batchers:
+            for a in self.agents:
+                await a.batcher.close()
+
+
+async def watchdog(agents: list[Agent], players: list, timeout_s: float, period_s: float = 5.0):
+    """Abandon these players' battles that stopped receiving requests: forfeit them and free
+    their state."""
+    while True:
+        await asyncio.sleep(period_s)
+        for agent in agents:
+            for key in agent.stale_keys(timeout_s):
+                tag = key[0]
+                holders = [p for p in players if tag in p.battles]
+                if not holders:
+                    continue  # another match's battle: its own watchdog forfeits it
+                log.warning("battle %s silent for %.0fs: forfeiting and abandoning it", tag, timeout_s)
+                agent.abandon(key)
+                for p in holders:
+                    try:
+                        await p.ps_client.send_message("/forfeit", tag)
+                    except Exception:
+                        pass
+
+
+class Rates:
+    """battles/s and decisions/s from ``battles``, ``decisions`` and ``seconds``."""
+
+    @property
+    def battles_per_s(self) -> float:
+        return self.battles / self.seconds if self.seconds else 0.0
+
+    @property
+    def decisions_per_s(self) -> float:
+        return self.decisions / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class PlayResult(Rates):
+    battles: int
+    seconds: float
+    decisions: int
+    mean_batch_size: float
+    wins: int
+    losses: int
+    ties: int
+
+
+async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
+               concurrency: int = 64, battle_format: str = "gen9randombattle",
+               battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None) -> PlayResult:
+    """Play ``n_battles`` with ``agent`` against itself (``self``) or a baseline. The agent's
+    batcher stays open (its owner closes it)."""
+    match = Match(server_url, agent, agent if opponent == "self" else opponent,
+                  concurrency=concurrency, battle_format=battle_format, account="maple",
+                  battle_options=battle_options, battle_timeout_s=battle_timeout_s)
+    d0, b0, s0 = agent.stats.decisions, agent.batcher.stats.batches, agent.batcher.stats.decisions
+    t0 = time.perf_counter()
+    try:
+        await match.play(n_battles)
+    finally:
+        elapsed = time.perf_counter() - t0
+        await match.close()
+    bstats = agent.batcher.stats
+    nb = bstats.batches - b0
+    r = match.results  # from the first side's view (in self-play both sides are the agent)
+    return PlayResult(r["won"] + r["lost"] + r["tied"], elapsed, agent.stats.decisions - d0,
+                      (bstats.decisions - s0) / nb if nb else 0.0, r["won"], r["lost"], r["tied"])

@@ -1,0 +1,193 @@
+"""The poke-env players maple-async runs: its policy's (:class:`PolicyPlayer`) and the
+baselines, their accounts, and their shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from poke_env.player import MaxBasePowerPlayer, Player, RandomPlayer, SimpleHeuristicsPlayer
+from poke_env.ps_client import AccountConfiguration, ServerConfiguration
+
+from .coalesce import coalesce_sends, fair_receive
+from .fastbattle import FastBattles
+
+BASELINES = {"random": RandomPlayer, "max_power": MaxBasePowerPlayer,
+             "heuristics": SimpleHeuristicsPlayer}
+# Finished battles are dropped from poke-env's ``Player.battles`` (which otherwise keeps
+# them forever) after this delay, once no late message can still ask for them.
+FORGET_FINISHED_AFTER_S = 10.0
+SERVER_ERROR_LEVEL = 25  # poke-env logs Showdown's |error| lines at this level
+
+
+class _ServerErrorCounter(logging.Filter):
+    """poke-env reports Showdown's ``|error|`` lines only through its logger (level 25).
+
+    Counts them by kind; the expected [Unavailable choice] lines are not printed.
+    """
+
+    def __init__(self, stats: AgentStats):
+        super().__init__()
+        self.stats = stats
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != SERVER_ERROR_LEVEL or not str(record.msg).startswith("Error message"):
+            return True
+        text = str(record.args[0]) if record.args else ""
+        if "[Unavailable choice]" in text:
+            self.stats.unavailable_choices += 1
+            return False
+        if "[Invalid choice]" in text:
+            self.stats.invalid_choices += 1
+        else:
+            self.stats.other_server_errors += 1
+        return True
+
+
+
+class PolicyPlayer(FastBattles, Player):
+    """A poke-env Player whose decisions come from an :class:`Agent`'s batcher. Its battles
+    parse requests faster than stock poke-env, to the same state (see :mod:`.fastbattle`)."""
+
+    def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
+                 track_changes: bool = True, coalesce: bool = True, fair: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.fast_battles = fast_battles
+        self.track_changes = track_changes
+        quiet_logger(self)
+        if coalesce:
+            coalesce_sends(self.ps_client)
+        if fair:
+            fair_receive(self.ps_client)
+        self.agent = agent
+        self.opponent_name = opponent_name
+        # Let |error| records reach the logger so they are counted (and shown).
+        if self.logger.getEffectiveLevel() > SERVER_ERROR_LEVEL:
+            self.logger.setLevel(SERVER_ERROR_LEVEL)
+        self.logger.addFilter(_ServerErrorCounter(agent.stats))
+        self.results = {"won": 0, "lost": 0, "tied": 0}  # survives forgetting battles
+
+    def choose_move(self, battle):
+        return self.agent.choose(battle, self.opponent_name)
+
+    def _battle_finished_callback(self, battle) -> None:
+        self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
+        self.agent.finished(battle)
+        forget_later(self, battle)
+
+
+class ForgetfulBaseline:
+    """Mixin for baseline players: count decisions and finished battles (the bench's
+    ceiling reads them), and drop finished battles so long runs stay bounded."""
+
+    n_decisions = 0
+    n_finished = 0
+
+    def choose_move(self, battle):
+        self.n_decisions += 1
+        return super().choose_move(battle)
+
+    def _battle_finished_callback(self, battle) -> None:
+        self.n_finished += 1
+        forget_later(self, battle)
+
+
+def forget_later(player: Player, battle) -> None:
+    loop = asyncio.get_running_loop()
+    loop.call_later(FORGET_FINISHED_AFTER_S, player.battles.pop, battle.battle_tag, None)
+
+
+class _ReapingTaskSet(set):
+    """poke-env's set of message-handler tasks. A handler that fails has already logged its
+    error through poke-env's logger; marking the exception retrieved here stops asyncio from
+    printing it again as "Task exception was never retrieved" (e.g. every ``/leave`` that
+    meets a websocket we closed at shutdown)."""
+
+    def discard(self, task) -> None:
+        if task.done() and not task.cancelled():
+            task.exception()
+        super().discard(task)
+
+
+def quiet_logger(player: Player) -> None:
+    """poke-env gives each player its own stream handler; don't print twice via root, and
+    don't print handler errors twice via asyncio."""
+    player.logger.propagate = False
+    client = player.ps_client
+    if isinstance(getattr(client, "_active_tasks", None), set):
+        client._active_tasks = _ReapingTaskSet(client._active_tasks)
+
+
+def _baseline_class(name: str) -> type:
+    base = BASELINES[name]
+    return type(f"Forgetful{base.__name__}", (ForgetfulBaseline, base), {})
+
+
+def run_id() -> str:
+    """Short random tag: account names are unique per run, so runs never collide."""
+    return secrets.token_hex(3)
+
+
+def fast_kwargs(runner_cfg) -> dict:
+    """PolicyPlayer's battle-state options from the ``runner`` config section."""
+    return dict(fast_battles=runner_cfg.fast_battles, track_changes=runner_cfg.incremental_encode,
+                coalesce=runner_cfg.coalesce_sends, fair=runner_cfg.fair_receive)
+
+
+def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str) -> dict:
+    from ..server import websocket_url
+    return dict(
+        account_configuration=AccountConfiguration(name[:18], None),
+        server_configuration=ServerConfiguration(websocket_url(server_url), None),
+        battle_format=battle_format,
+        max_concurrent_battles=concurrency,
+        loop=asyncio.get_running_loop(),
+        log_level=logging.ERROR,
+    )
+
+
+def make_baseline(name: str, server_url: str, account: str, concurrency: int,
+                  battle_format: str) -> Player:
+    if name not in BASELINES:
+        raise ValueError(f"unknown baseline '{name}' (known: {', '.join(BASELINES)})")
+    player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format))
+    quiet_logger(player)
+    return player
+
+
+async def forfeit_unfinished(players) -> None:
+    """Forfeit every battle still running for these players (best effort)."""
+    for p in players:
+        for tag, battle in list(p.battles.items()):
+            if not battle.finished:
+                try:
+                    await p.ps_client.send_message("/forfeit", tag)
+                except Exception:  # connection already gone
+                    pass
+
+
+async def close_players(*players: Player) -> None:
+    """Close the websockets, then cancel message handlers still waiting on a battle lock
+    (otherwise they are garbage-collected while pending, with a warning each)."""
+    me = asyncio.current_task()
+    for p in players:
+        # Handlers still running would log every send to the closed socket and every
+        # cancellation ("CancelledError intercepted"); nothing useful is said after this point.
+        p.logger.disabled = True
+        try:
+            await asyncio.wait_for(p.ps_client.stop_listening(), 5.0)
+        except Exception:  # already closed / never connected
+            pass
+        # The listen loop still hands out frames that were buffered before the close (with
+        # fair_receive, one per loop iteration), each as a new handler task: wait for it to
+        # end, so no handler is created after the ones cancelled below.
+        listening = getattr(p.ps_client, "_listening_coroutine", None)
+        if listening is not None:  # (wait, not wait_for: how it ended is not ours to raise)
+            await asyncio.wait([asyncio.wrap_future(listening)], timeout=5.0)
+        handlers = [t for t in getattr(p.ps_client, "_active_tasks", ()) if t is not me]
+        for t in handlers:
+            t.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+

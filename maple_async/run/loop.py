@@ -1,0 +1,203 @@
+"""The learning loop: the one place where trajectories become updates.
+
+It gathers finished trajectories from a transport (:mod:`maple_async.run.transports`: the
+collector in this process, in worker processes, or in Ray actors), updates the learner in a
+worker thread every ``train.battles_per_update`` trajectories (the event loop keeps serving
+websockets meanwhile), publishes the new weights, and applies the run's rules once, for
+every backend: league snapshots, checkpoints, metrics, and when to stop. Each step records
+the policy version that chose it, so policy lag is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..config import Config, parse_opponent_mix
+from ..learn import checkpoint as ckpt
+from ..learn import networks as nets
+from ..learn.learner import Learner
+from ..learn.metrics import MetricsLog, policy_lag
+
+
+class LearningLoop:
+    """Learner, counters, league and run folder of one training run."""
+
+    def __init__(self, cfg: Config, device, resume: Optional[str] = None, quiet: bool = False,
+                 handle_signals: bool = True):
+        self.cfg = cfg
+        self.device = device
+        self.quiet = quiet
+        self.handle_signals = handle_signals
+        self.run_dir = Path(cfg.train.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(cfg.to_yaml())
+        self.mix = parse_opponent_mix(cfg.train.opponents)
+        est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
+        self.learner = Learner(nets.from_config(cfg.network), cfg.ppo, device, total_updates=est_updates)
+        self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
+        self.league: list[dict] = []
+        if resume:
+            self._resume(resume)
+        self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard)
+        self.transport = None
+        self.backlog: list = []  # finished trajectories not trained on yet
+        self._stop = asyncio.Event()
+        self.stop_reason = ""
+        self.collected_trajectories = 0  # finished ones received; all must be trained on
+        self.trained_trajectories = 0
+
+    def _print(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _resume(self, path: str) -> None:
+        data = ckpt.load(path)
+        ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
+        self.learner.load_state_dict(data["learner"])
+        self.counters.update(data["counters"])
+        self.league = list(data.get("league", []))
+        self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
+                    f"battle sides {self.counters['battles']}, version {self.counters['version']}")
+
+    def save_checkpoint(self, final: bool = False) -> Path:
+        payload = {"config": self.cfg.to_dict(), "learner": self.learner.state_dict(),
+                   "counters": dict(self.counters), "league": self.league}
+        upd = self.learner.updates
+        path = ckpt.save(self.run_dir / "checkpoints" / f"ckpt_{upd:06d}.pt", payload)
+        ckpt.save(self.run_dir / "latest.pt", payload)
+        if final:
+            self._print(f"[train] final checkpoint: {self.run_dir / 'latest.pt'} (update {upd})")
+        return path
+
+    # -- what the collectors get ---------------------------------------------------------
+    def _league_rule(self) -> None:
+        """Every ``league_every_updates`` updates (and when empty) the league gets a snapshot
+        of the learner; it keeps the newest ``league_size``."""
+        if "league" not in self.mix:
+            return
+        if self.learner.updates % self.cfg.train.league_every_updates == 0 or not self.league:
+            self.league.append(self.learner.weights_cpu())
+            self.league = self.league[-max(self.cfg.train.league_size, 1):]
+
+    def weights_msg(self) -> dict:
+        """The broadcast: the learner's weights and version, and (with a league lane) the
+        league snapshot its opponents play with until the next one."""
+        league = random.choice(self.league) if self.league else None
+        return {"weights": self.learner.weights_cpu(), "version": self.counters["version"], "league": league}
+
+    # -- the loop --------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            self._print(f"[train] stopping: {reason}")
+            self._stop.set()
+
+    def _receive(self, trajectories: list) -> None:
+        self.collected_trajectories += len(trajectories)
+        self.backlog.extend(trajectories)
+
+    async def run(self, transport) -> dict:
+        """Train until done or stopped; returns the last update's metrics row."""
+        self.transport = transport
+        loop = asyncio.get_running_loop()
+        self._signals(loop, True)
+        cfg = self.cfg
+        t_start = time.perf_counter()
+        seconds_before = self.counters["seconds"]
+        last = {"t": t_start, **transport.throughput_counters()}
+        summary: dict = {}
+        try:
+            self._league_rule()
+            await transport.start(self.weights_msg())
+            while not self._stop.is_set():
+                self._receive(await transport.wait(cfg.train.battles_per_update - len(self.backlog), self._stop))
+                if transport.ended:
+                    self.request_stop(transport.ended)
+                if len(self.backlog) < cfg.train.battles_per_update:
+                    continue
+                batch, self.backlog = self.backlog, []
+                summary = await self._update(batch, last, t_start, seconds_before)
+                self._league_rule()
+                transport.publish(self.weights_msg())
+                if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
+                    self.save_checkpoint()
+                if self.counters["battles"] >= cfg.train.total_battles:
+                    self.request_stop(f"reached {cfg.train.total_battles} battle sides")
+                elif cfg.train.max_minutes and (time.perf_counter() - t_start) / 60 >= cfg.train.max_minutes:
+                    self.request_stop(f"reached {cfg.train.max_minutes} minutes")
+        finally:
+            self._receive(await transport.stop())
+            self._signals(loop, False)
+            if self.backlog:
+                # Finished battles are never thrown away: a last, smaller update uses them.
+                batch, self.backlog = self.backlog, []
+                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
+                summary = await self._update(batch, last, t_start, seconds_before)
+            self.save_checkpoint(final=True)
+            self.metrics.close()
+            report = transport.report(time.perf_counter() - t_start)
+            if report:
+                self._print(report)
+        return summary
+
+    def _signals(self, loop, install: bool) -> None:
+        """Ctrl-C / SIGTERM request a graceful stop while the loop runs."""
+        if not self.handle_signals:
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                if install:
+                    loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+                else:
+                    loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (e.g. a Ray actor's loop): the owner handles signals
+
+    async def _update(self, batch, last: dict, t_start: float, seconds_before: float) -> dict:
+        metrics = await asyncio.to_thread(self.learner.update, batch)
+        self.counters["version"] += 1
+        self.counters["battles"] += len(batch)
+        self.counters["decisions"] += sum(len(t) for t in batch)
+        now = time.perf_counter()
+        self.counters["seconds"] = seconds_before + (now - t_start)
+        self.trained_trajectories += len(batch)
+        return self._log_update(batch, metrics, last, now)
+
+    def _log_update(self, batch, m: dict, last: dict, now: float) -> dict:
+        c = self.transport.throughput_counters()
+        dt = now - last["t"]
+        n_dec, n_bat = c["dec"] - last["dec"], c["bat"] - last["bat"]
+        mean_batch = (c["bdec"] - last["bdec"]) / n_bat if n_bat else 0.0
+        last.update(t=now, **c)
+        versions = np.concatenate([np.asarray(t.versions) for t in batch])
+        # "battles" counts battle sides (one trajectory each): a self-play battle gives two.
+        row = {"update": self.learner.updates, "battles": self.counters["battles"],
+               "decisions": self.counters["decisions"], "time_s": round(self.counters["seconds"], 1),
+               "battles_per_s": len(batch) / dt if dt else 0.0, "decisions_per_s": n_dec / dt if dt else 0.0,
+               "mean_batch_size": mean_batch, "policy_lag": policy_lag(versions, self.counters["version"] - 1),
+               **{k: m[k] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm",
+                                    "explained_variance", "lr", "samples_per_s", "update_s")}}
+        by_opp: dict[str, list] = {}
+        for t in batch:
+            by_opp.setdefault(t.opponent, []).append(t.outcome)
+        for opp, outs in sorted(by_opp.items()):
+            row[f"win_rate/{opp}"] = float(np.mean([o > 0 for o in outs]))
+        for comp in ("win", "hp", "faint", "turn"):
+            row[f"reward/{comp}"] = float(np.mean([t.reward_totals.get(comp, 0.0) for t in batch]))
+        self.metrics.write(self.learner.updates, row)
+        wins = " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in row.items() if k.startswith("win_rate/"))
+        self._print(
+            f"[train] upd {row['update']:4d} | sides {row['battles']}/{self.cfg.train.total_battles} | "
+            f"{row['battles_per_s']:.2f} sides/s {row['decisions_per_s']:.0f} dec/s batch {mean_batch:.1f} | "
+            f"win {wins} | pg {m['pg_loss']:+.3f} v {m['v_loss']:.3f} ent {m['entropy']:.2f} "
+            f"kl {m['approx_kl']:.4f} clip {m['clipfrac']:.2f} | lag {row['policy_lag']:.2f} "
+            f"| upd {m['update_s']:.1f}s")
+        return row

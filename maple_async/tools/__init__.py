@@ -1,0 +1,1 @@
+"""Tools around a policy: evaluation against baselines and checkpoints, the throughput bench."""

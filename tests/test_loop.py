@@ -1,0 +1,94 @@
+"""The one learning loop, driven by a scripted transport (no server): the rules it applies
+after each update are the same whatever carries the trajectories."""
+
+import asyncio
+import csv
+
+import numpy as np
+import pytest
+
+from maple_async import config as C
+from maple_async.run.loop import LearningLoop
+from maple_async.run.transports import PackedTrajectory
+
+from test_learner import fake_traj
+
+
+class ScriptedTransport:
+    """Hands the loop ``per_wait`` fake trajectories per wait, up to ``total``; records what
+    the loop publishes."""
+
+    def __init__(self, total, per_wait, rng):
+        self.left, self.per_wait, self.rng = total, per_wait, rng
+        self.published, self.started, self.stopped = [], None, False
+        self.ended = ""
+
+    def _make(self, n):
+        n = min(n, self.left)
+        self.left -= n
+        return [PackedTrajectory(fake_traj(self.rng, 5), 1.0, "self", {"win": 1.0}, 0) for _ in range(n)]
+
+    async def start(self, msg):
+        self.started = msg
+
+    async def wait(self, want, stop):
+        await asyncio.sleep(0)
+        if self.left == 0:
+            self.ended = "script over"
+        return self._make(self.per_wait)
+
+    def publish(self, msg):
+        self.published.append(msg)
+
+    async def stop(self):
+        self.stopped = True
+        return self._make(3)  # trajectories that arrived while stopping
+
+    def throughput_counters(self):
+        return {"dec": 0, "bat": 0, "bdec": 0}
+
+    def report(self, seconds):
+        return ""
+
+
+def _cfg(tmp_path, **over):
+    return C.load(None, {"train.run_dir": str(tmp_path / "run"), "train.tensorboard": False,
+                         "network.hidden_size": 8, "ppo.epochs": 1, "train.battles_per_update": 8,
+                         "train.checkpoint_every_updates": 2, **over})
+
+
+async def test_updates_publish_checkpoint_and_stop_by_the_rules(tmp_path):
+    cfg = _cfg(tmp_path, **{"train.total_battles": 32})
+    tp = ScriptedTransport(total=1000, per_wait=5, rng=np.random.default_rng(0))
+    loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+    await asyncio.wait_for(loop.run(tp), 60)
+    assert tp.started["version"] == 0 and tp.started["league"] is None
+    # 5 a wait, 8 an update: every update takes the whole backlog of >= 8
+    assert loop.stop_reason == "reached 32 battle sides" and tp.stopped
+    assert [m["version"] for m in tp.published] == list(range(1, len(tp.published) + 1))
+    assert loop.learner.updates == len(tp.published) + 1  # + the final update on the 3 left over
+    assert loop.trained_trajectories == loop.collected_trajectories
+    ckpts = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert "ckpt_000002.pt" in ckpts and (tmp_path / "run" / "latest.pt").exists()
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    assert int(rows[-1]["battles"]) == loop.counters["battles"] == loop.trained_trajectories
+
+
+async def test_collection_that_ends_by_itself_stops_the_run(tmp_path):
+    cfg = _cfg(tmp_path, **{"train.total_battles": 10_000})
+    tp = ScriptedTransport(total=20, per_wait=5, rng=np.random.default_rng(1))
+    loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+    await asyncio.wait_for(loop.run(tp), 60)
+    assert loop.stop_reason == "script over"
+    assert loop.trained_trajectories == loop.collected_trajectories == 20
+
+
+async def test_league_snapshots_follow_one_rule(tmp_path):
+    cfg = _cfg(tmp_path, **{"train.total_battles": 48, "train.opponents": "self:0.5,league:0.5",
+                            "train.league_every_updates": 2, "train.league_size": 2})
+    tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(2))
+    loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+    await asyncio.wait_for(loop.run(tp), 60)
+    assert tp.started["league"] is not None  # the first snapshot is there before any battle
+    assert all(m["league"] is not None for m in tp.published)
+    assert len(loop.league) == 2  # snapshots at updates 0, 2, 4, 6: the newest two kept
