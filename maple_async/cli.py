@@ -78,7 +78,8 @@ def cmd_server(args) -> int:
     if args.action == "install":
         print(server.install(home))
     elif args.action == "start":
-        info = run_async(server.start_detached(args.port, home))
+        info = run_async(server.start_detached(args.port, home,
+                                               simulators=server.resolve_simulators(args.simulators)))
         print(f"Showdown running at {info['url']} (pid {info['pid']}, log {info['log']}); "
               f"stop with: maple-async server stop --port {info['port']}")
     elif args.action == "stop":
@@ -227,34 +228,53 @@ def cmd_eval(args) -> int:
 # -- bench ------------------------------------------------------------------------------
 
 async def _bench(cfg, args) -> int:
+    import contextlib
     import copy
 
     from .server import server_for
     from .tools import bench
 
     device = setup_process(cfg)
+    if args.shards > 1:
+        summary = await bench.run_shards_bench(cfg, device, args.shards, args.seconds, args.warmup, args.learn)
+        summary.update(network=cfg.network.kind, device=str(device), concurrency=cfg.runner.concurrency)
+        if args.json != "-":
+            print(bench.shards_report(summary))
+        return _bench_output(args, [({}, summary)], summary)
     combos = bench.parse_sweep(args.sweep) if args.sweep else [{}]
     rows, ceilings = [], {}
-    async with server_for(cfg.server, quiet=True) as server:
-        url = server.url
+    async with contextlib.AsyncExitStack() as stack:
+        server, server_cfg = None, None
         for over in combos:
             c = copy.deepcopy(cfg)
             for key, raw in over.items():
                 config_mod.from_dict({key.split(".")[0]: {key.split(".")[1]: config_mod.parse_override_value(raw)}}, c)
             config_mod.validate(c)
-            summary, ceilings[c.runner.concurrency] = await bench.run_bench(
-                c, device, args.seconds, args.warmup, args.learn, url,
-                ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats,
-                server_pgid=server.managed.pid if server.managed is not None else None)
+            if c.server != server_cfg:  # a sweep over server.* keys: a server per setting
+                await stack.aclose()
+                server, server_cfg = await stack.enter_async_context(server_for(c.server, quiet=True)), c.server
+                ceilings = {}
+            pgid = server.managed.pid if server.managed is not None else None
+            with bench.throttled(pgid, args.throttle_server):
+                summary, ceilings[c.runner.concurrency] = await bench.run_bench(
+                    c, device, args.seconds, args.warmup, args.learn, server.url,
+                    ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats, server_pgid=pgid)
             summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
                            max_wait_ms=c.batcher.max_wait_ms, wait_per_side_ms=c.batcher.wait_per_side_ms,
-                           max_batch_size=c.batcher.max_batch_size)
+                           quiet_gaps=c.batcher.quiet_gaps, max_batch_size=c.batcher.max_batch_size,
+                           simulators=server.managed.simulators if server.managed is not None else None,
+                           throttle_server=args.throttle_server)
             rows.append((over, summary))
             if not args.sweep and args.json != "-":
                 print(bench.report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency})"))
     if args.sweep and args.json != "-":
         print(bench.sweep_table(rows))
-    result = rows[0][1] if not args.sweep else {"sweep": [s for _, s in rows]}
+    return _bench_output(args, rows, rows[0][1] if not args.sweep else {"sweep": [s for _, s in rows]})
+
+
+def _bench_output(args, rows: list, result: dict) -> int:
+    """The JSON, then each row's errors and warnings; exit status 1 when a phase failed."""
+    from .tools import bench
     if args.json == "-":
         print(bench.to_json(result))
     elif args.json:
@@ -276,6 +296,10 @@ def cmd_bench(args) -> int:
     cfg = load_config(args)
     if args.seconds <= 0 or args.warmup < 0 or args.repeats < 1:
         raise UserError("--seconds must be > 0, --warmup >= 0 and --repeats >= 1")
+    if args.shards < 1 or (args.shards > 1 and (args.sweep or args.repeats > 1 or args.throttle_server)):
+        raise UserError("--shards must be >= 1, and --shards N > 1 takes no --sweep, --repeats or --throttle-server")
+    if not 0 <= args.throttle_server < 1 or (args.throttle_server and cfg.server.url):
+        raise UserError("--throttle-server must be in [0, 1) and needs a managed server (no --server)")
     return run_async(_bench(cfg, args))
 
 
@@ -289,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["install", "start", "stop", "status"])
     s.add_argument("--port", type=int, default=0, help="port (start: 0 = free port)")
     s.add_argument("--home", default=None, help="install folder (default ~/.cache/maple-async)")
+    s.add_argument("--simulators", type=int, default=0,
+                   help="start: simulator processes (default 0: one per core, at most 8)")
     s.set_defaults(func=cmd_server)
 
     pl = sub.add_parser("play", help="run battles with a network (no learning) and report throughput")
@@ -323,6 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--repeats", type=int, default=1,
                     help="measure ceiling and maple-async this many times, interleaved, and pool "
                          "the windows (a shared small machine drifts between phases)")
+    be.add_argument("--shards", type=int, default=1,
+                    help="machine scale: N processes, each with its own managed server, measure the "
+                         "ceiling and maple-async at the same time (and, with --learn, the training "
+                         "loop with N shards); totals and per shard")
+    be.add_argument("--throttle-server", type=float, default=0.0, metavar="FRACTION",
+                    help="stop the managed server for this fraction of every 20 ms (a slower "
+                         "simulator, for both the ceiling and maple-async; default 0)")
     be.add_argument("--sweep", default=None,
                     help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
     _add_config_flags(be)

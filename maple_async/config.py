@@ -39,6 +39,9 @@ class ServerConfig:
     port: int = key(0, "port of a managed server (0: a free port)", ge=0, le=65535)
     home: Optional[str] = key(None, "where Showdown is installed (unset: $MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
     start_timeout_s: float = key(180.0, "seconds a managed server may take to start", gt=0)
+    # One simulator works in waves and leaves cores idle (docs/benchmarks.md).
+    simulators: int = key(0, "simulator processes of a managed server (0: one per core of this "
+                             "shard's share of the machine, at most 8)", ge=0)
 
 
 @dataclass
@@ -72,6 +75,9 @@ class BatcherConfig:
     max_wait_ms: float = key(50.0, "a batch waits at most min(max_wait_ms, wait_per_side_ms x live battle "
                                    "sides) after its first request", ge=0)
     wait_per_side_ms: float = key(0.2, "the batch wait per live battle side (0: always max_wait_ms)", ge=0)
+    quiet_gaps: float = key(4.0, "flush once no request came for this many times the usual gap "
+                                 "between a batch's requests: a wave has drained (0: off)", ge=0)
+    min_quiet_ms: float = key(0.5, "the shortest pause that flushes (with quiet_gaps)", ge=0)
     # An offloaded forward waits for the GIL at every torch op while the loop parses messages.
     offload_min_batch: int = key(128, "batches at least this large run their forward in a worker thread; "
                                       "smaller ones inline", gt=0)

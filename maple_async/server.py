@@ -37,7 +37,34 @@ exports.bindaddress = '127.0.0.1';
 exports.repl = false;          // no REPL sockets: several servers share one install
 exports.logchallenges = false;
 exports.reportbattles = false;
+// Merged key by key over the example's, so every kind is given. Simulators per server
+// come from its environment: several servers with their own counts share this file.
+exports.subprocesses = {
+  network: 1, simulator: Number(process.env.MAPLE_SIMULATORS) || 1, validator: 1, verifier: 1,
+  localartemis: 1, remoteartemis: 1, friends: 1, chatdb: 1, modlog: 1, pm: 1, battlesearch: 1,
+  datasearch: 1,
+};
 """
+
+# One Python process decides ~3,000 decisions/s; more simulator processes than it can feed
+# only cost memory (docs/benchmarks.md, "Simulator processes").
+MAX_AUTO_SIMULATORS = 8
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_simulators(simulators: int, shards: int = 1) -> int:
+    """``server.simulators``: as given, or 0 = one per core of this shard's share of the
+    machine (at least 1, at most MAX_AUTO_SIMULATORS)."""
+    if simulators > 0:
+        return simulators
+    return max(1, min(cores() // max(shards, 1), MAX_AUTO_SIMULATORS))
 
 
 class ServerError(UserError, RuntimeError):
@@ -189,6 +216,7 @@ class ShowdownServer:
     log_path: Optional[Path] = None
     # Attached servers die with this Python process; `maple-async server start` detaches.
     attached: bool = True
+    simulators: int = 1  # simulator processes (battles go to the least loaded)
 
     def __post_init__(self) -> None:
         if self.host not in LOOPBACK:
@@ -229,7 +257,7 @@ class ShowdownServer:
         self.process = subprocess.Popen(
             [node, "pokemon-showdown", "start", "--skip-build", "--no-security", str(self.port)],
             cwd=pkg, stdout=self._log_file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, env={**os.environ, "MAPLE_SIMULATORS": str(self.simulators)},
             start_new_session=True,  # own process group: stop() takes its simulators too
             preexec_fn=_die_with_parent if self.attached else None,
         )
@@ -347,11 +375,11 @@ def _state_dir(home: Optional[Path] = None) -> Path:
 
 
 async def start_detached(port: int = 0, home: Optional[Path] = None,
-                         timeout: float = 180.0) -> dict:
-    srv = ShowdownServer(port=port, home=home, start_timeout_s=timeout, attached=False)
+                         timeout: float = 180.0, simulators: int = 1) -> dict:
+    srv = ShowdownServer(port=port, home=home, start_timeout_s=timeout, attached=False, simulators=simulators)
     await srv.start()
     info = {"port": srv.port, "pid": srv.pid, "url": srv.url, "log": str(srv.log_path),
-            "started": time.time()}
+            "simulators": simulators, "started": time.time()}
     (_state_dir(home) / f"{srv.port}.json").write_text(json.dumps(info))
     srv.process = None  # detach: leave it running after we exit
     return info
@@ -409,19 +437,21 @@ class ServerHandle:
 
 
 @contextlib.asynccontextmanager
-async def server_for(server_cfg, quiet: bool = False):
-    """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one."""
+async def server_for(server_cfg, quiet: bool = False, shards: int = 1):
+    """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one
+    (with ``server.simulators``, resolved for a machine split into ``shards``)."""
     if server_cfg.url:
         await wait_reachable(server_cfg.url, timeout=10.0)
         yield ServerHandle(http_url(server_cfg.url))
         return
     srv = ShowdownServer(port=server_cfg.port, host=server_cfg.host,
                          home=Path(server_cfg.home) if server_cfg.home else None,
-                         start_timeout_s=server_cfg.start_timeout_s)
+                         start_timeout_s=server_cfg.start_timeout_s,
+                         simulators=resolve_simulators(server_cfg.simulators, shards))
     await srv.start()
     if not quiet:
         print(f"[maple-async] managed Showdown {SHOWDOWN_VERSION} at {srv.url} "
-              f"(pid {srv.pid}, log {srv.log_path})", flush=True)
+              f"(pid {srv.pid}, {srv.simulators} simulator processes, log {srv.log_path})", flush=True)
     try:
         yield ServerHandle(srv.url, srv)
     finally:

@@ -193,3 +193,131 @@ async def test_large_batches_run_off_the_event_loop():
 def test_rejects_zero_batch_size():
     with pytest.raises(ValueError):
         InferenceBatcher(EchoPolicy(), HiddenStates(2), max_batch_size=0)
+
+
+# -- the quiet rule: flush a wave once the requests pause ---------------------------------
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def _scripted(monkeypatch, live=1000, **kw):
+    """A batcher whose clock the test moves (its coroutine is not started: the test asks
+    the flush rule directly)."""
+    from maple_async.inference import batcher as batcher_mod
+    clock = FakeClock()
+    monkeypatch.setattr(batcher_mod.time, "perf_counter", clock)
+    hs = HiddenStates(2)
+    kw.setdefault("wait_per_side_ms", 0.0)
+    kw.setdefault("quiet_gaps", 4.0)
+    kw.setdefault("min_quiet_ms", 0.5)
+    b = InferenceBatcher(EchoPolicy(), hs, live_count=lambda: live, **kw)
+    return b, hs, clock
+
+
+def _take(b, n=None):
+    """What a flush would take now (the rule's state moves as after a real flush)."""
+    n = n or b.max_batch_size
+    batch, b._pending[:] = b._pending[:n], b._pending[n:]
+    return len(batch)
+
+
+async def test_quiet_rule_flushes_a_whole_wave_once_it_drained(monkeypatch):
+    b, hs, clock = _scripted(monkeypatch, max_wait_ms=50)
+    for wave in range(3):
+        for i in range(40):  # a wave: 40 requests 0.3 ms apart
+            _req(b, hs, f"w{wave}k{i}", i)
+            clock.t += 0.0003
+            assert b._flush_reason(clock.t) is None, (wave, i)  # mid-wave: keep collecting
+        clock.t += 0.0008  # 1.1 ms after the last request: not yet 4 usual gaps (1.2 ms)
+        assert b._flush_reason(clock.t) is None
+        clock.t += 0.0005
+        assert b._flush_reason(clock.t) == "quiet"
+        assert _take(b) == 40  # the whole wave in one batch
+        b._last_event = clock.t
+        clock.t += 0.2  # the simulator computes the next turn
+    assert b.gap_s == pytest.approx(0.0003)
+
+
+async def test_steady_stream_never_waits_past_the_cap(monkeypatch):
+    b, hs, clock = _scripted(monkeypatch, max_wait_ms=20)
+    t_first = clock.t
+    for i in range(100):  # a request every 0.2-0.6 ms: never a pause of 4 usual gaps
+        _req(b, hs, f"k{i}", i)
+        clock.t += 0.0002 if i % 2 else 0.0006
+        reason = b._flush_reason(clock.t)
+        if clock.t - t_first >= 0.020:
+            assert reason == "timeout"
+            break
+        assert reason is None, i
+    else:
+        pytest.fail("the cap never held")
+    assert b._deadline() <= t_first + 0.020
+
+
+async def test_a_lone_battle_is_not_kept_waiting_for_the_cap(monkeypatch):
+    b, hs, clock = _scripted(monkeypatch, max_wait_ms=50)
+    for i in range(5):  # earlier traffic taught the usual gap: 1 ms
+        _req(b, hs, f"k{i}", i)
+        clock.t += 0.001
+    _take(b)
+    b._last_event = clock.t
+    clock.t += 0.1
+    _req(b, hs, "slow", 9)  # one battle asks, nobody else does
+    assert b._deadline() == pytest.approx(clock.t + 0.004)  # 4 gaps, not the 50 ms cap
+    clock.t += 0.0041
+    assert b._flush_reason(clock.t) == "quiet"
+
+
+async def test_without_a_measured_gap_the_cap_bounds_the_wait(monkeypatch):
+    b, hs, clock = _scripted(monkeypatch, max_wait_ms=30)
+    _req(b, hs, "first", 1)
+    assert b.quiet_s() is None
+    clock.t += 0.029
+    assert b._flush_reason(clock.t) is None
+    clock.t += 0.002
+    assert b._flush_reason(clock.t) == "timeout"
+
+
+async def test_a_burst_larger_than_the_batch_flushes_full_batches_then_the_rest(monkeypatch):
+    b, hs, clock = _scripted(monkeypatch, max_batch_size=64, max_wait_ms=50)
+    for i in range(150):
+        _req(b, hs, f"k{i}", i)
+        clock.t += 0.00001
+    sizes = []
+    while b._flush_reason(clock.t) == "full":
+        sizes.append(_take(b))
+    assert sizes == [64, 64] and len(b._pending) == 22
+    assert b._flush_reason(clock.t) is None  # the rest: 10 us apart, so quiet after 0.5 ms
+    clock.t += 0.0006
+    assert b._flush_reason(clock.t) == "quiet"
+
+
+async def test_quiet_rule_off_by_default_and_minimum_pause():
+    b = InferenceBatcher(EchoPolicy(), HiddenStates(2), live_count=lambda: 10)
+    b.gap_s = 0.001
+    assert b.quiet_s() is None  # quiet_gaps 0: only full / all waiting / the cap
+    b.quiet_gaps = 4.0
+    assert b.quiet_s() == pytest.approx(0.004)
+    b.gap_s = 1e-6
+    assert b.quiet_s() == pytest.approx(0.0005)  # never below min_quiet_ms
+    with pytest.raises(ValueError):
+        InferenceBatcher(EchoPolicy(), HiddenStates(2), quiet_gaps=-1)
+
+
+async def test_running_batcher_flushes_when_requests_pause():
+    """The coroutine's timer follows the pause (re-armed while requests keep coming)."""
+    b, hs, pol = await _with_batcher(live=100, max_batch_size=64, max_wait_ms=10_000, quiet_gaps=4.0,
+                                     min_quiet_ms=50.0)
+    futs = []
+    for i in range(10):
+        futs.append(_req(b, hs, f"k{i}", i))
+        await asyncio.sleep(0.002)
+    await asyncio.wait_for(asyncio.gather(*futs), 5.0)  # long before the 10 s cap
+    assert [len(batch) for _, batch in pol.batches] == [10]
+    assert b.stats.reasons == {"quiet": 1}
+    await b.close()

@@ -187,3 +187,65 @@ def test_sweep_table_has_a_column_per_swept_key():
     lines = bench.sweep_table(rows).splitlines()
     assert lines[0].endswith("rounds: mean, 95% CI")
     assert lines[1].endswith("0.90 (0.85 to 0.95)") and lines[2].endswith("-")
+
+
+@pytest.mark.integration
+def test_bench_at_machine_scale_json_has_every_key():
+    """`bench --shards 2`: two processes, two servers; totals and each shard's figures."""
+    p = subprocess.run([sys.executable, "-m", "maple_async.cli", "bench", "--shards", "2", "--seconds", "5",
+                        "--warmup", "3", "--json", "--concurrency", "8"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads(p.stdout)
+    keys = ("ceiling_battles_per_s", "runner_battles_per_s", "ratio", "decisions_per_s", "mean_batch_size",
+            "cpu_us_per_decision", "server_cpu_us_per_decision", "cpu_limit_decisions_per_s",
+            "decisions_share_of_cpu_limit")
+    assert data["shards"] == 2 and len(data["per_shard"]) == 2
+    for fig in (data, *data["per_shard"]):
+        for key in keys:
+            assert math.isfinite(fig[key]) and fig[key] > 0, (key, fig[key])
+    assert all(math.isfinite(v) and v > 0 for v in data["cpu_split_us_per_decision"].values())
+
+
+def test_cpu_limit_is_the_cores_over_the_cpu_per_decision():
+    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0, server_cpu_s=4.0)
+    runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=2.0, server_cpu_s=4.0,
+                          batch_sizes=[10])
+    s = bench.summarise(ceiling, runner, cores=2)
+    # 500 us here + 1000 us in Showdown per decision: 2 cores decide at most 1333/s
+    assert s["cpu_limit_decisions_per_s"] == pytest.approx(2e6 / 1500)
+    assert s["decisions_share_of_cpu_limit"] == pytest.approx(400 / (2e6 / 1500))
+    assert "machine CPU limit:                      1333 decisions/s" in bench.report(s)
+    assert math.isnan(bench.summarise(ceiling, bench.Window(seconds=10, battles=9, decisions=400,
+                                                          cpu_s=1.0), cores=2)["cpu_limit_decisions_per_s"])
+
+
+def test_windows_side_by_side_are_one_machine():
+    a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4], in_flight=30,
+                     server_cpu_s=2.0)
+    b = bench.Window(seconds=12, battles=50, decisions=3000, cpu_s=3.0, batch_sizes=[8], in_flight=20,
+                     server_cpu_s=1.0)
+    m = bench.Window.side_by_side([a, b])
+    assert m.seconds == 11 and m.battles == 150 and m.decisions == 4000 and m.cpu_s == 4.0
+    assert m.in_flight == 50 and m.batch_sizes == [4, 8] and m.server_cpu_s == 3.0
+
+
+def test_throttle_stops_and_resumes_a_process_group():
+    """The slow-simulator option: the group is stopped part of the time, never left stopped."""
+    burn = "import time\nwhile True: time.process_time()"
+    p = subprocess.Popen([sys.executable, "-c", burn], start_new_session=True)
+    try:
+        import time
+        from maple_async.server import group_cpu_s
+        time.sleep(0.3)
+        c0 = group_cpu_s(p.pid)
+        with bench.throttled(p.pid, 0.8, period_s=0.02):
+            time.sleep(1.0)
+        c1 = group_cpu_s(p.pid)
+        time.sleep(0.5)
+        c2 = group_cpu_s(p.pid)
+        assert c1 - c0 < 0.6, c1 - c0  # stopped 80% of the second (it would use ~1 s)
+        assert c2 - c1 > 0.2, c2 - c1  # running again afterwards
+    finally:
+        p.kill()
+        p.wait()

@@ -118,7 +118,8 @@ class Agent:
         self.batcher = InferenceBatcher(
             policy, self.hidden, max_batch_size=batcher_cfg.max_batch_size,
             max_wait_ms=batcher_cfg.max_wait_ms, wait_per_side_ms=batcher_cfg.wait_per_side_ms,
-            offload_min_batch=batcher_cfg.offload_min_batch)
+            offload_min_batch=batcher_cfg.offload_min_batch, quiet_gaps=batcher_cfg.quiet_gaps,
+            min_quiet_ms=batcher_cfg.min_quiet_ms)
         self.reward_cfg = reward_cfg or RewardConfig()
         self.record = record
         self.on_trajectory = on_trajectory

@@ -6,10 +6,12 @@ requests and flushes a batch when
 
 * the batch is full (``max_batch_size``), or
 * every live battle side is waiting (nothing else can arrive), or
-* the max wait has passed since the *first* pending request arrived: ``max_wait_ms``, or
-  with ``wait_per_side_ms`` > 0, ``min(max_wait_ms, wait_per_side_ms x live sides)``, so
-  that batches grow with the battles in flight while a few battles are not kept waiting
-  for requests that come slowly,
+* the requests have gone quiet (``quiet_gaps`` > 0): no request for ``quiet_gaps`` times
+  the usual gap between two requests of a batch (a running average), and at least
+  ``min_quiet_ms``. Showdown's simulators answer in waves; this flushes a wave once it
+  has drained, however fast the simulator and this process are today, or
+* the hard cap has passed since the *first* pending request: ``max_wait_ms``, or with
+  ``wait_per_side_ms`` > 0, ``min(max_wait_ms, wait_per_side_ms x live sides)``,
 
 then runs one forward pass for the whole batch and resolves the futures. Large batches
 run their forward pass in a worker thread so the event loop keeps serving websockets.
@@ -30,6 +32,7 @@ import numpy as np
 from .hidden import HiddenStates
 
 log = logging.getLogger("maple_async.batcher")
+_GAP_EWMA = 0.1  # weight of the newest gap in the running average
 
 
 class Decision(NamedTuple):
@@ -53,7 +56,7 @@ class _Request:
 class BatcherStats:
     batches: int = 0
     decisions: int = 0
-    reasons: Counter = field(default_factory=Counter)  # full / all_waiting / timeout
+    reasons: Counter = field(default_factory=Counter)  # full / all_waiting / quiet / timeout
     wait_limit_s: float = 0.0  # sum over batches of the max wait in effect at the flush
     batch_sizes: list = field(default_factory=list)  # one entry per batch (bounded)
     forward_s: float = 0.0  # CPU seconds: stacking + forward pass + resolving futures
@@ -79,18 +82,24 @@ class InferenceBatcher:
 
     def __init__(self, policy, hidden: HiddenStates, *, max_batch_size: int = 256,
                  max_wait_ms: float = 50.0, wait_per_side_ms: float = 0.2,
-                 offload_min_batch: int = 128,
+                 offload_min_batch: int = 128, quiet_gaps: float = 0.0, min_quiet_ms: float = 0.5,
                  live_count: Optional[Callable[[], int]] = None):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
-        if max_wait_ms < 0 or wait_per_side_ms < 0:
-            raise ValueError("max_wait_ms and wait_per_side_ms must be >= 0")
+        if max_wait_ms < 0 or wait_per_side_ms < 0 or quiet_gaps < 0 or min_quiet_ms < 0:
+            raise ValueError("max_wait_ms, wait_per_side_ms, quiet_gaps and min_quiet_ms must be >= 0")
         self.policy = policy
         self.hidden = hidden
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
         self.wait_per_side_s = wait_per_side_ms / 1000.0
         self.offload_min_batch = offload_min_batch
+        self.quiet_gaps = quiet_gaps
+        self.min_quiet_s = min_quiet_ms / 1000.0
+        self.gap_s: Optional[float] = None  # running average gap between requests of a batch
+        # Last request or end of the last flush: a forward pass (no request can arrive
+        # meanwhile) is not silence.
+        self._last_event = 0.0
         # Live battle sides that may still ask; default: those holding a hidden state.
         self.live_count = live_count or (lambda: len(self.hidden))
         self.stats = BatcherStats()
@@ -110,12 +119,21 @@ class InferenceBatcher:
             fut.set_exception(RuntimeError("batcher is closed"))
             return fut
         pending = self._pending
-        pending.append(_Request(key, generation, obs, mask, fut, time.perf_counter()))
+        now = time.perf_counter()
+        first_gap = False
+        if pending and self.quiet_gaps:
+            gap = now - self._last_event
+            first_gap = self.gap_s is None  # the batcher's timer was armed without the quiet rule
+            self.gap_s = gap if first_gap else self.gap_s + _GAP_EWMA * (gap - self.gap_s)
+        self._last_event = now
+        pending.append(_Request(key, generation, obs, mask, fut, now))
         # Wake the batcher only when a flush rule may have changed: a first request arms
-        # its timer; a full batch or every live side waiting flushes now. (Waking it for
-        # every request cost a timer and a task per decision.)
+        # its timer (which re-arms itself while requests keep coming); a full batch or
+        # every live side waiting flushes now. (Waking it for every request cost a timer
+        # and a task per decision.)
         n = len(pending)
-        if self._wakeup is not None and (n == 1 or n >= self.max_batch_size or n >= self.live_count()):
+        if self._wakeup is not None and (n == 1 or first_gap or n >= self.max_batch_size
+                                         or n >= self.live_count()):
             self._wakeup.set()
         return fut
 
@@ -163,6 +181,21 @@ class InferenceBatcher:
             live = self.live_count()
         return min(self.max_wait_s, self.wait_per_side_s * live)
 
+    def quiet_s(self) -> Optional[float]:
+        """How long the requests must pause before a batch flushes (None: rule off, or no
+        gap measured yet)."""
+        if not self.quiet_gaps or self.gap_s is None:
+            return None
+        return max(self.quiet_gaps * self.gap_s, self.min_quiet_s)
+
+    def _deadline(self) -> float:
+        """When the next flush rule that depends on time can hold."""
+        deadline = self._pending[0].arrived + self.wait_limit_s()
+        quiet = self.quiet_s()
+        if quiet is not None:
+            deadline = min(deadline, self._last_event + quiet)
+        return deadline
+
     def _flush_reason(self, now: float) -> Optional[str]:
         n = len(self._pending)
         if n == 0:
@@ -172,6 +205,9 @@ class InferenceBatcher:
         live = self.live_count()
         if n >= live:
             return "all_waiting"
+        quiet = self.quiet_s()
+        if quiet is not None and now - self._last_event >= quiet:
+            return "quiet"
         if now - self._pending[0].arrived >= self.wait_limit_s(live):
             return "timeout"
         return None
@@ -184,7 +220,7 @@ class InferenceBatcher:
             if reason is None:
                 self._wakeup.clear()
                 if self._pending:
-                    remaining = self._pending[0].arrived + self.wait_limit_s() - time.perf_counter()
+                    remaining = self._deadline() - time.perf_counter()
                     timer = asyncio.get_running_loop().call_later(max(remaining, 0.0), self._wakeup.set)
                     try:
                         await self._wakeup.wait()
@@ -196,6 +232,7 @@ class InferenceBatcher:
             batch = self._pending[:self.max_batch_size]
             del self._pending[:self.max_batch_size]
             await self._flush(batch, reason)
+            self._last_event = time.perf_counter()
 
     def _apply_weights(self) -> None:
         if self._pending_weights is not None:

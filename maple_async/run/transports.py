@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Optional
 from ..collect.collector import Collector
 from ..config import Config
 from ..errors import UserError
+from ..server import resolve_simulators
 from .process import run_async, setup_battle_process
 
 
@@ -138,7 +139,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
     returns the next weights message, or None to stop. The same body runs in a spawned
     process (pipes) and in a Ray actor (actor method calls).
     """
-    from ..server import server_for
+    from ..server import group_cpu_s, server_for
 
     def on_trajectory(traj) -> None:
         send(("traj", shard, PackedTrajectory(traj.arrays(), traj.outcome, traj.opponent,
@@ -164,7 +165,9 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             c = _counters(a)
             return {"battles": a.stats.battles, "decisions": c["dec"], "batches": c["bat"], "bdec": c["bdec"],
                     "version": a.policy.version, "checksum": weights_checksum(a.policy.network.state_dict()),
-                    "server_restarts": server.restarts, "url": server.url, "faults": col.faults}
+                    "server_restarts": server.restarts, "url": server.url, "faults": col.faults,
+                    "cpu_s": time.process_time(),
+                    "server_cpu_s": group_cpu_s(server.managed.pid if server.managed else None)}
 
         async def report():
             while True:
@@ -279,6 +282,7 @@ class ProcessTransport:
         d = self.cfg.to_dict()
         d["runner"]["device"] = self.cfg.train.worker_device
         d["server"]["port"] = 0  # each shard its own free port
+        d["server"]["simulators"] = resolve_simulators(self.cfg.server.simulators, self.cfg.train.shards)
         d["train"].update(shards=1, total_battles=max(self.cfg.train.total_battles, 1) * 4)
         return d
 

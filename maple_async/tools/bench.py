@@ -12,12 +12,16 @@ warm-up, so ramp-up and the server's JIT warm-up are excluded):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import json
 import math
 import operator
+import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -69,6 +73,22 @@ class Window(Rates):
         """Per decision, for the times measured on the sampled decisions only."""
         return 1e6 * seconds / self.timed if self.timed else float("nan")
 
+    @classmethod
+    def side_by_side(cls, windows: list["Window"]) -> "Window":
+        """Windows measured at the same time in several processes, as one machine's: counts
+        and CPU summed over the mean window length, samples joined."""
+        n = len(windows)
+        return cls(
+            seconds=sum(w.seconds for w in windows) / n, battles=sum(w.battles for w in windows),
+            decisions=sum(w.decisions for w in windows), cpu_s=sum(w.cpu_s for w in windows),
+            timed=sum(w.timed for w in windows),
+            batch_sizes=[b for w in windows for b in w.batch_sizes],
+            latencies=[t for w in windows for t in w.latencies],
+            encode_s=sum(w.encode_s for w in windows), forward_s=sum(w.forward_s for w in windows),
+            bookkeeping_s=sum(w.bookkeeping_s for w in windows), batches=sum(w.batches for w in windows),
+            wait_limit_s=sum(w.wait_limit_s for w in windows),
+            server_cpu_s=sum(w.server_cpu_s for w in windows), in_flight=sum(w.in_flight for w in windows))
+
     def __add__(self, other: "Window") -> "Window":
         """Two windows as one (counts and times summed, samples joined)."""
         total = self.seconds + other.seconds
@@ -113,6 +133,36 @@ async def _run_window(match: Match, snapshot, warmup_s: float, seconds: float,
     s0["cpu"], s1["cpu"] = c0, c1
     s0["server"], s1["server"] = v0, v1
     return s0, s1, t1 - t0, float(np.mean(in_flight)) if in_flight else 0.0
+
+
+@contextlib.contextmanager
+def throttled(pgid: Optional[int], fraction: float, period_s: float = 0.02):
+    """Slow a managed server down on purpose: its process group is stopped (SIGSTOP) for
+    ``fraction`` of every ``period_s`` while the block runs, so a bench shows how the flush
+    rule does on a slower simulator on the same day. ``fraction`` 0: no throttle."""
+    if not fraction or not pgid:
+        yield
+        return
+    done = threading.Event()
+
+    def cycle():
+        while not done.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGSTOP)
+            done.wait(fraction * period_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGCONT)
+            done.wait((1 - fraction) * period_s)
+
+    thread = threading.Thread(target=cycle, name="maple-throttle", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGCONT)
 
 
 def _server_cpu(pgid: Optional[int]) -> float:
@@ -209,8 +259,18 @@ async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: flo
     return _runner_window(match, col.agent, s0, s1, dt, inflight)
 
 
-def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -> dict:
+def cpu_limit(cores: int, us_per_decision: float) -> float:
+    """Decisions/s the machine's cores allow at a CPU cost of ``us_per_decision`` (Showdown's
+    and this process's together); NaN when the cost is unknown."""
+    return cores * 1e6 / us_per_decision if us_per_decision > 0 else float("nan")
+
+
+def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None,
+              cores: Optional[int] = None) -> dict:
+    from ..server import cores as machine_cores
+    cores = cores or machine_cores()
     mean_batch = float(np.mean(runner.batch_sizes)) if runner.batch_sizes else 0.0
+    cost = runner.us_per_decision(runner.server_cpu_s) + runner.us_per_decision(runner.cpu_s)
     out = {
         "ceiling_battles_per_s": ceiling.battles_per_s,
         "ceiling_decisions_per_s": ceiling.decisions_per_s,
@@ -239,6 +299,11 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None) -
         "server_cpu_us_per_decision": runner.us_per_decision(runner.server_cpu_s),
         "ceiling_server_cpu_us_per_decision": ceiling.us_per_decision(ceiling.server_cpu_s),
         "window_s": runner.seconds,
+        # what the cores allow at maple-async's CPU per decision (Showdown's + this process's),
+        # and maple-async's decisions/s as a share of it (NaN without the server's CPU)
+        "cores": cores,
+        "cpu_limit_decisions_per_s": cpu_limit(cores, cost),
+        "decisions_share_of_cpu_limit": ratio(runner.decisions_per_s, cpu_limit(cores, cost)),
     }
     if learn is not None:
         out["learn_battles_per_s"] = learn.battles_per_s
@@ -272,6 +337,9 @@ def report(s: dict, label: str = "") -> str:
     srv, srv_c = s.get("server_cpu_us_per_decision", math.nan), s.get("ceiling_server_cpu_us_per_decision", math.nan)
     if math.isfinite(srv) and math.isfinite(srv_c):
         lines.append(f"Showdown CPU per decision:              {srv:.0f} us (ceiling: {srv_c:.0f} us)")
+        lines.append(f"machine CPU limit:                      {s['cpu_limit_decisions_per_s']:.0f} decisions/s "
+                     f"({s['cores']} cores at Showdown's + this process's CPU per decision); "
+                     f"maple-async at {s['decisions_share_of_cpu_limit']:.3f} of it")
     if "round_ratios" in s:
         lines.append(f"rounds (ceiling and maple-async interleaved): {len(s['round_ratios'])}, ratio per round "
                      + " ".join(f"{r:.3f}" for r in s["round_ratios"]))
@@ -288,7 +356,8 @@ def parse_sweep(spec: str) -> list[dict]:
     from ..config import ConfigError
     aliases = {"concurrency": "runner.concurrency", "max_wait_ms": "batcher.max_wait_ms",
                "wait_per_side_ms": "batcher.wait_per_side_ms",
-               "max_batch_size": "batcher.max_batch_size", "network": "network.kind"}
+               "max_batch_size": "batcher.max_batch_size", "network": "network.kind",
+               "quiet_gaps": "batcher.quiet_gaps", "simulators": "server.simulators"}
     axes = []
     for part in spec.split():
         name, _, values = part.partition("=")
@@ -429,7 +498,8 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
     """One row per combination: the swept settings (every key that was swept), then the
     figures."""
     short = {"runner.concurrency": "concurrency", "batcher.max_wait_ms": "max_wait_ms",
-             "batcher.wait_per_side_ms": "wait_per_side_ms"}
+             "batcher.wait_per_side_ms": "wait_per_side_ms", "batcher.quiet_gaps": "quiet_gaps",
+             "server.simulators": "simulators"}
     keys = list(dict.fromkeys(k for over, _ in rows for k in over)) or ["runner.concurrency"]
     names = [short.get(k, k) for k in keys]
     ci = any(round_ci_text(s) for _, s in rows)
@@ -450,3 +520,130 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
 
 def to_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, sort_keys=True)
+
+
+# -- machine scale: `bench --shards N` -----------------------------------------------------
+
+def _shard_main(shard: int, cfg_dict: dict, shards: int, seconds: float, warmup_s: float,
+                barrier, results) -> None:
+    """One shard of the machine-scale bench, in its own process with its own server."""
+    from ..config import from_saved
+    from ..run.process import run_async, setup_process
+    cfg = from_saved(cfg_dict)
+    try:
+        out = run_async(_shard_phases(cfg, setup_process(cfg), shards, seconds, warmup_s, barrier))
+    except BaseException as e:  # the parent reports it; a broken barrier frees the others
+        barrier.abort()
+        out = f"{type(e).__name__}: {e}"
+    results.put((shard, out))
+
+
+async def _shard_phases(cfg, device, shards: int, seconds: float, warmup_s: float, barrier) -> dict:
+    from ..server import server_for
+    async with server_for(cfg.server, quiet=True, shards=shards) as server:
+        pgid = server.managed.pid if server.managed is not None else None
+        await asyncio.to_thread(barrier.wait)  # every shard's server is up
+        ceiling = await measure_ceiling(server.url, cfg.runner.concurrency, seconds, warmup_s,
+                                        cfg.runner.battle_format, pgid)
+        await asyncio.to_thread(barrier.wait)
+        runner = await measure_runner(server.url, cfg, device, seconds, warmup_s, server_pgid=pgid)
+    return {"ceiling": ceiling, "runner": runner}
+
+
+async def _measure_sharded_learning(cfg, device, seconds: float, warmup_s: float) -> Window:
+    """The training run's loop with ``train.shards`` worker processes, self-play: a window
+    over the shards' counters (battle sides / 2 = battles)."""
+    import copy
+    import tempfile
+
+    from ..run.loop import LearningLoop
+    from ..run.transports import ProcessTransport
+    c = copy.deepcopy(cfg)
+    with tempfile.TemporaryDirectory(prefix="maple-bench-") as run_dir:
+        c.train.opponents, c.train.total_battles, c.train.max_minutes = "self:1", 10 ** 9, 0.0
+        c.train.run_dir, c.train.tensorboard, c.train.checkpoint_every_updates = run_dir, False, 10 ** 9
+        loop = LearningLoop(c, device, quiet=True, handle_signals=False)
+        tp = ProcessTransport(c, quiet=True)
+        task = asyncio.get_running_loop().create_task(loop.run(tp))
+
+        def snap() -> dict:
+            tot = {k: sum(sh.stats.get(k) or 0 for sh in tp.shards)
+                   for k in ("battles", "decisions", "cpu_s", "server_cpu_s", "batches", "bdec")}
+            return {**tot, "learner_cpu_s": time.process_time(), "t": time.perf_counter()}
+        try:
+            t0 = time.perf_counter()
+            while snap()["battles"] < 2 * c.runner.concurrency * len(tp.shards or [1]) \
+                    and time.perf_counter() - t0 < 120 + warmup_s and not task.done():
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(warmup_s)
+            s0 = snap()
+            await asyncio.sleep(seconds)
+            s1 = snap()
+        finally:
+            loop.request_stop("bench window over")
+            await task
+    d = {k: s1[k] - s0[k] for k in s0}
+    return Window(seconds=d["t"], battles=d["battles"] // 2, decisions=d["decisions"],
+                  cpu_s=d["cpu_s"] + d["learner_cpu_s"], server_cpu_s=d["server_cpu_s"],
+                  batches=d["batches"], batch_sizes=[d["bdec"] / d["batches"]] if d["batches"] else [])
+
+
+async def run_shards_bench(cfg, device, shards: int, seconds: float, warmup_s: float,
+                           learn: bool) -> dict:
+    """``shards`` processes, each with its own server, measure the ceiling (RandomPlayer
+    pairs) in step, then maple-async self-play in step; with ``learn``, the training run's
+    loop with that many shards. Totals are the machine's; ``per_shard`` lists each shard's."""
+    import multiprocessing as mp
+
+    from ..server import cores
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(shards), ctx.Queue()
+    cfg_dict = cfg.to_dict()
+    procs = [ctx.Process(target=_shard_main, args=(i, cfg_dict, shards, seconds, warmup_s, barrier, results),
+                         name=f"maple-bench-shard-{i}", daemon=True) for i in range(shards)]
+    progress(f"{shards} shards, each with its own server: ceiling, then maple-async self-play "
+             f"(concurrency {cfg.runner.concurrency} each), {seconds:.0f}s windows")
+    for p in procs:
+        p.start()
+    try:
+        limit = 2 * (seconds + warmup_s + 120) + cfg.server.start_timeout_s
+        got = dict([await asyncio.to_thread(results.get, True, limit) for _ in procs])
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    failed = {i: r for i, r in got.items() if isinstance(r, str)}
+    if failed:
+        raise RuntimeError("bench shard(s) failed: " + "; ".join(f"{i}: {r}" for i, r in sorted(failed.items())))
+    per = [got[i] for i in range(shards)]
+    n_cores = cores()
+    out = summarise(Window.side_by_side([r["ceiling"] for r in per]),
+                    Window.side_by_side([r["runner"] for r in per]), cores=n_cores)
+    out["shards"] = shards
+    out["per_shard"] = [summarise(r["ceiling"], r["runner"], cores=max(n_cores // shards, 1)) for r in per]
+    runner_cpu = sum(r["runner"].cpu_s for r in per)
+    out["cpu_split_us_per_decision"] = {
+        "showdown": out["server_cpu_us_per_decision"],
+        "shard_processes": 1e6 * runner_cpu / max(out["decisions_per_s"] * out["window_s"], 1)}
+    if learn:
+        progress(f"the training loop with {shards} shards, learning")
+        lw = await _measure_sharded_learning(cfg, device, seconds, warmup_s)
+        out["learn_battles_per_s"] = lw.battles_per_s
+        out["learn_ratio"] = ratio(lw.battles_per_s, out["ceiling_battles_per_s"])
+        out["learn_decisions_per_s"] = lw.decisions_per_s
+        out["learn_cpu_us_per_decision"] = {"showdown": lw.us_per_decision(lw.server_cpu_s),
+                                            "shard_processes_and_learner": lw.us_per_decision(lw.cpu_s)}
+    return out
+
+
+def shards_report(s: dict) -> str:
+    lines = [report(s, f"(machine: {s['shards']} shards, {s['cores']} cores)")]
+    for i, p in enumerate(s["per_shard"]):
+        lines.append(f"  shard {i}: ceiling {p['ceiling_battles_per_s']:.2f} b/s, maple-async "
+                     f"{p['runner_battles_per_s']:.2f} b/s, ratio {p['ratio']:.3f}, "
+                     f"{p['decisions_per_s']:.0f} decisions/s, mean batch {p['mean_batch_size']:.1f}")
+    split = s["cpu_split_us_per_decision"]
+    lines.append(f"CPU per decision by process kind:       Showdown {split['showdown']:.0f} us, "
+                 f"shard processes {split['shard_processes']:.0f} us")
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""Simulator processes as a server setting: a managed server runs as many as it was given."""
+
+import os
+
+import pytest
+
+from maple_async.collect.agent import Agent
+from maple_async.collect.match import play
+from maple_async.config import BatcherConfig
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
+from maple_async.server import ShowdownServer, resolve_simulators
+
+def _simulators(pgid: int) -> dict:
+    """pid -> CPU ticks of the server's simulator processes (Showdown's room-battle workers)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{name}/cmdline", "rb").read()
+            stat = open(f"/proc/{name}/stat", "rb").read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if int(fields[2]) == pgid and b"room-battle.js" in cmd:
+            out[int(name)] = int(fields[11]) + int(fields[12])
+    return out
+
+
+@pytest.mark.integration
+async def test_two_simulators_both_play():
+    srv = ShowdownServer(simulators=2)
+    await srv.start()
+    try:
+        before = _simulators(srv.pid)
+        assert len(before) == 2, before
+        agent = Agent(InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig())
+        res = await play(agent, srv.url, 8, opponent="random", concurrency=8)
+        await agent.batcher.close()
+        assert res.battles == 8 and len(agent.hidden) == 0
+        after = _simulators(srv.pid)
+        assert after.keys() == before.keys()
+        assert all(after[p] > before[p] for p in before), (before, after)  # battles went to both
+    finally:
+        srv.stop()
+
+
+def test_auto_simulators_follow_the_cores(monkeypatch):
+    from maple_async import server
+    monkeypatch.setattr(server, "cores", lambda: 2)
+    assert resolve_simulators(0) == 2 and resolve_simulators(3) == 3
+    monkeypatch.setattr(server, "cores", lambda: 16)
+    assert resolve_simulators(0) == server.MAX_AUTO_SIMULATORS
+    assert resolve_simulators(0, shards=4) == 4 and resolve_simulators(0, shards=32) == 1
