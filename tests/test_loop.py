@@ -5,7 +5,6 @@ import asyncio
 import csv
 
 import numpy as np
-import pytest
 
 from maple_async import config as C
 from maple_async.run.loop import LearningLoop

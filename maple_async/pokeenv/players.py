@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from typing import TYPE_CHECKING
 
 from poke_env.player import MaxBasePowerPlayer, Player, RandomPlayer, SimpleHeuristicsPlayer
 from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 
 from .coalesce import coalesce_sends, fair_receive
 from .fastbattle import FastBattles
+
+if TYPE_CHECKING:  # the agent drives our players; poke-env code does not import it
+    from ..collect.agent import Agent, AgentStats
 
 BASELINES = {"random": RandomPlayer, "max_power": MaxBasePowerPlayer,
              "heuristics": SimpleHeuristicsPlayer}
