@@ -76,6 +76,7 @@ class _Live:
     last_rqid: object = None
     tried: set = field(default_factory=set)
     hidden_before: object = None
+    recorded: bool = False  # the last order sent is the trajectory's last step
     last_active: float = 0.0
 
 
@@ -168,7 +169,7 @@ class Agent:
             self.stats.retries += 1
             if live.hidden_before is not None:
                 self.hidden.put(key, live.generation, live.hidden_before)
-            if live.traj is not None and len(live.traj):
+            if live.recorded:  # a rejected fallback order was never recorded: nothing to undo
                 for lst in (live.traj.obs, live.traj.masks, live.traj.actions, live.traj.logps,
                             live.traj.values, live.traj.rewards, live.traj.versions):
                     lst.pop()
@@ -195,6 +196,7 @@ class Agent:
             # Abandoned while we waited, or shutting down (the battle is being forfeited:
             # an order now would only earn "[Invalid choice] There's nothing to choose").
             return NO_ORDER
+        live.recorded = False
         if decision.action < 0 or not mask[decision.action]:
             stats.fallbacks += 1
             legal = np.flatnonzero(mask)
@@ -211,6 +213,7 @@ class Agent:
                 tr.values.append(decision.value)
                 tr.rewards.append(0.0)
                 tr.versions.append(decision.version)
+                live.recorded = True
         stats.decisions += 1
         if timed:
             c4 = time.thread_time()

@@ -54,6 +54,10 @@ class PolicyPlayer(FastBattles, Player):
     """A poke-env Player whose decisions come from an :class:`Agent`'s batcher. Its battles
     parse requests faster than stock poke-env, to the same state (see :mod:`.fastbattle`)."""
 
+    # poke-env answers 1 request in 1000 with /choose default by itself, behind the agent's
+    # back: the step the agent recorded would not be the one played.
+    DEFAULT_CHOICE_CHANCE = 0.0
+
     def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
                  track_changes: bool = True, coalesce: bool = True, fair: bool = True, **kwargs):
         super().__init__(**kwargs)
