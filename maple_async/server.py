@@ -437,9 +437,10 @@ class ServerHandle:
 
 
 @contextlib.asynccontextmanager
-async def server_for(server_cfg, quiet: bool = False, shards: int = 1):
+async def server_for(server_cfg, quiet: bool = False):
     """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one
-    (with ``server.simulators``, resolved for a machine split into ``shards``)."""
+    with ``server.simulators`` (0: resolved for this process alone; shards get a count
+    resolved for the whole machine in their config)."""
     if server_cfg.url:
         await wait_reachable(server_cfg.url, timeout=10.0)
         yield ServerHandle(http_url(server_cfg.url))
@@ -447,7 +448,7 @@ async def server_for(server_cfg, quiet: bool = False, shards: int = 1):
     srv = ShowdownServer(port=server_cfg.port, host=server_cfg.host,
                          home=Path(server_cfg.home) if server_cfg.home else None,
                          start_timeout_s=server_cfg.start_timeout_s,
-                         simulators=resolve_simulators(server_cfg.simulators, shards))
+                         simulators=resolve_simulators(server_cfg.simulators))
     await srv.start()
     if not quiet:
         print(f"[maple-async] managed Showdown {SHOWDOWN_VERSION} at {srv.url} "

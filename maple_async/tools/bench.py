@@ -232,17 +232,24 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     return _runner_window(match, agent, s0, s1, dt, inflight)
 
 
-async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: float,
-                            server_pgid: Optional[int]) -> Window:
+@contextlib.contextmanager
+def _training_cfg(cfg):
+    """The config of a training run the bench measures: self-play only, never done by
+    itself, no checkpoints or TensorBoard, in a throwaway run folder."""
     import copy
     import tempfile
-
-    from ..run.loop import LearningLoop
-    from ..run.transports import LocalTransport
     c = copy.deepcopy(cfg)
     with tempfile.TemporaryDirectory(prefix="maple-bench-") as run_dir:
         c.train.opponents, c.train.total_battles, c.train.max_minutes = "self:1", 10 ** 9, 0.0
         c.train.run_dir, c.train.tensorboard, c.train.checkpoint_every_updates = run_dir, False, 10 ** 9
+        yield c
+
+
+async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: float,
+                            server_pgid: Optional[int]) -> Window:
+    from ..run.loop import LearningLoop
+    from ..run.transports import LocalTransport
+    with _training_cfg(cfg) as c:
         loop = LearningLoop(c, device, quiet=True, handle_signals=False)
         transport = LocalTransport(c, device, url, quiet=True)
         task = asyncio.get_running_loop().create_task(loop.run(transport))
@@ -524,23 +531,22 @@ def to_json(summary: dict) -> str:
 
 # -- machine scale: `bench --shards N` -----------------------------------------------------
 
-def _shard_main(shard: int, cfg_dict: dict, shards: int, seconds: float, warmup_s: float,
-                barrier, results) -> None:
+def _shard_main(shard: int, cfg_dict: dict, seconds: float, warmup_s: float, barrier, results) -> None:
     """One shard of the machine-scale bench, in its own process with its own server."""
     from ..config import from_saved
     from ..run.process import run_async, setup_process
     cfg = from_saved(cfg_dict)
     try:
-        out = run_async(_shard_phases(cfg, setup_process(cfg), shards, seconds, warmup_s, barrier))
+        out = run_async(_shard_phases(cfg, setup_process(cfg), seconds, warmup_s, barrier))
     except BaseException as e:  # the parent reports it; a broken barrier frees the others
         barrier.abort()
         out = f"{type(e).__name__}: {e}"
     results.put((shard, out))
 
 
-async def _shard_phases(cfg, device, shards: int, seconds: float, warmup_s: float, barrier) -> dict:
+async def _shard_phases(cfg, device, seconds: float, warmup_s: float, barrier) -> dict:
     from ..server import server_for
-    async with server_for(cfg.server, quiet=True, shards=shards) as server:
+    async with server_for(cfg.server, quiet=True) as server:
         pgid = server.managed.pid if server.managed is not None else None
         await asyncio.to_thread(barrier.wait)  # every shard's server is up
         ceiling = await measure_ceiling(server.url, cfg.runner.concurrency, seconds, warmup_s,
@@ -553,15 +559,9 @@ async def _shard_phases(cfg, device, shards: int, seconds: float, warmup_s: floa
 async def _measure_sharded_learning(cfg, device, seconds: float, warmup_s: float) -> Window:
     """The training run's loop with ``train.shards`` worker processes, self-play: a window
     over the shards' counters (battle sides / 2 = battles)."""
-    import copy
-    import tempfile
-
     from ..run.loop import LearningLoop
     from ..run.transports import ProcessTransport
-    c = copy.deepcopy(cfg)
-    with tempfile.TemporaryDirectory(prefix="maple-bench-") as run_dir:
-        c.train.opponents, c.train.total_battles, c.train.max_minutes = "self:1", 10 ** 9, 0.0
-        c.train.run_dir, c.train.tensorboard, c.train.checkpoint_every_updates = run_dir, False, 10 ** 9
+    with _training_cfg(cfg) as c:
         loop = LearningLoop(c, device, quiet=True, handle_signals=False)
         tp = ProcessTransport(c, quiet=True)
         task = asyncio.get_running_loop().create_task(loop.run(tp))
@@ -595,11 +595,12 @@ async def run_shards_bench(cfg, device, shards: int, seconds: float, warmup_s: f
     loop with that many shards. Totals are the machine's; ``per_shard`` lists each shard's."""
     import multiprocessing as mp
 
-    from ..server import cores
+    from ..server import cores, resolve_simulators
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(shards), ctx.Queue()
     cfg_dict = cfg.to_dict()
-    procs = [ctx.Process(target=_shard_main, args=(i, cfg_dict, shards, seconds, warmup_s, barrier, results),
+    cfg_dict["server"]["simulators"] = resolve_simulators(cfg.server.simulators, shards)
+    procs = [ctx.Process(target=_shard_main, args=(i, cfg_dict, seconds, warmup_s, barrier, results),
                          name=f"maple-bench-shard-{i}", daemon=True) for i in range(shards)]
     progress(f"{shards} shards, each with its own server: ceiling, then maple-async self-play "
              f"(concurrency {cfg.runner.concurrency} each), {seconds:.0f}s windows")
