@@ -556,12 +556,14 @@ async def _shard_phases(cfg, device, seconds: float, warmup_s: float, barrier) -
     return {"ceiling": ceiling, "runner": runner}
 
 
-async def _measure_sharded_learning(cfg, device, seconds: float, warmup_s: float) -> Window:
-    """The training run's loop with ``train.shards`` worker processes, self-play: a window
-    over the shards' counters (battle sides / 2 = battles)."""
+async def _measure_sharded_learning(cfg, device, shards: int, seconds: float, warmup_s: float
+                                    ) -> tuple[Window, int]:
+    """The training run's loop with ``shards`` worker processes, self-play: a window over the
+    shards' counters (battle sides / 2 = battles), and how many shards ran."""
     from ..run.loop import LearningLoop
     from ..run.transports import ProcessTransport
     with _training_cfg(cfg) as c:
+        c.train.shards = shards
         loop = LearningLoop(c, device, quiet=True, handle_signals=False)
         tp = ProcessTransport(c, quiet=True)
         task = asyncio.get_running_loop().create_task(loop.run(tp))
@@ -585,7 +587,8 @@ async def _measure_sharded_learning(cfg, device, seconds: float, warmup_s: float
     d = {k: s1[k] - s0[k] for k in s0}
     return Window(seconds=d["t"], battles=d["battles"] // 2, decisions=d["decisions"],
                   cpu_s=d["cpu_s"] + d["learner_cpu_s"], server_cpu_s=d["server_cpu_s"],
-                  batches=d["batches"], batch_sizes=[d["bdec"] / d["batches"]] if d["batches"] else [])
+                  batches=d["batches"], batch_sizes=[d["bdec"] / d["batches"]] if d["batches"] else []
+                  ), len(tp.shards)
 
 
 async def run_shards_bench(cfg, device, shards: int, seconds: float, warmup_s: float,
@@ -629,7 +632,7 @@ async def run_shards_bench(cfg, device, shards: int, seconds: float, warmup_s: f
         "shard_processes": 1e6 * runner_cpu / max(out["decisions_per_s"] * out["window_s"], 1)}
     if learn:
         progress(f"the training loop with {shards} shards, learning")
-        lw = await _measure_sharded_learning(cfg, device, seconds, warmup_s)
+        lw, out["learn_shards"] = await _measure_sharded_learning(cfg, device, shards, seconds, warmup_s)
         out["learn_battles_per_s"] = lw.battles_per_s
         out["learn_ratio"] = ratio(lw.battles_per_s, out["ceiling_battles_per_s"])
         out["learn_decisions_per_s"] = lw.decisions_per_s
