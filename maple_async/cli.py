@@ -70,6 +70,12 @@ def print_config(cfg: config_mod.Config) -> None:
     sys.stdout.flush()
 
 
+def check_teams(cfg: config_mod.Config) -> None:
+    """The format's rules and every team, validated by Showdown before anything starts."""
+    from .teams import for_config
+    for_config(cfg, quiet=False)
+
+
 # -- server -----------------------------------------------------------------------------
 
 def cmd_server(args) -> int:
@@ -115,6 +121,7 @@ async def _play(cfg, n_battles: int) -> int:
     from .learn import networks as nets
     from .pokeenv.players import fast_kwargs
     from .server import server_for
+    from .teams import for_config
 
     device = setup_process(cfg)
     policy = InferencePolicy(nets.from_config(cfg.network), device)
@@ -128,7 +135,7 @@ async def _play(cfg, n_battles: int) -> int:
                              concurrency=cfg.runner.concurrency,
                              battle_format=cfg.runner.battle_format,
                              battle_timeout_s=cfg.runner.battle_timeout_s,
-                             battle_options=fast_kwargs(cfg.runner))
+                             battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg))
         finally:
             prog.cancel()
             await agent.batcher.close()
@@ -148,6 +155,7 @@ def cmd_play(args) -> int:
     if args.battles < 1:
         raise UserError("--battles must be >= 1")
     print_config(cfg)
+    check_teams(cfg)
     return run_async(_play(cfg, args.battles))
 
 
@@ -155,10 +163,12 @@ def cmd_play(args) -> int:
 
 async def _eval_line(cfg, policy, url: str, opponent: str, n_battles: int, device, concurrency: int) -> str:
     from .pokeenv.players import fast_kwargs
+    from .teams import for_config
     from .tools.evaluate import evaluate
     res = await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
                          battle_format=cfg.runner.battle_format, device=device,
-                         battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s)
+                         battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
+                         teams=for_config(cfg))
     return res.line()
 
 
@@ -197,6 +207,7 @@ def cmd_train(args) -> int:
     if resume == "latest":
         resume = str(Path(cfg.train.run_dir) / "latest.pt")
     print_config(cfg)
+    check_teams(cfg)
     return run_async(_train(cfg, resume))
 
 
@@ -222,6 +233,7 @@ def cmd_eval(args) -> int:
     if args.opponent not in BASELINES and not os.path.isfile(args.opponent):
         raise UserError(f"--opponent must be one of {', '.join(BASELINES)} or a checkpoint file; "
                         f"got {args.opponent!r}")
+    check_teams(cfg)
     return run_async(_eval(cfg, args))
 
 

@@ -46,7 +46,12 @@ class ServerConfig:
 
 @dataclass
 class RunnerConfig:
-    battle_format: str = key("gen9randombattle", "Showdown format: a gen9 singles random-team format")
+    battle_format: str = key("gen9randombattle", "Showdown format: any gen9 singles format (random-team, "
+                                                 "or a team format such as gen9bssregi or gen9ou with runner.teams)")
+    teams: Optional[str] = key(None, "team format: a file or folder of teams in Showdown's export text, "
+                                     "validated by Showdown before any battle")
+    team_sampling: str = key("uniform", "how each battle draws its team from runner.teams",
+                             choices=("uniform", "cycle", "fixed"))
     concurrency: int = key(64, "battles in flight per player", gt=0)
     opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics"))
     device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
@@ -127,6 +132,8 @@ class TrainConfig:
     max_minutes: float = key(0.0, "stop after this many minutes (0: no time limit)", ge=0)
     opponents: str = key("self:1.0", 'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" '
                                      "(kinds: self, league, random, max_power, heuristics)")
+    opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "
+                                              "self-play's other side); unset: runner.teams")
     league_size: int = key(5, "league snapshots kept", gt=0)
     league_every_updates: int = key(10, "a league snapshot every this many updates", gt=0)
     checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
@@ -252,16 +259,18 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+_NOT_SINGLES = ("doubles", "vgc", "triples", "multi", "freeforall", "2v2", "4v4", "6v6", "12switch")
+
+
 def check_battle_format(fmt: str) -> None:
-    """The encoder and action space are gen9 singles (type chart, tera, 26 actions), and our
-    players bring no team: a doubles format would fail on every decision, a team format at
-    every challenge, an older generation would be encoded with the wrong rules."""
-    if not (fmt.startswith("gen9") and "random" in fmt and "doubles" not in fmt):
-        raise ConfigError(
-            f"config key 'runner.battle_format' must be a gen9 singles random-team format "
-            f"(e.g. gen9randombattle): the encoder is gen9 singles and players bring no "
-            f"team; got {fmt!r}"
-        )
+    """What can be told from the name: the encoder and action space are gen9 singles (type
+    chart, tera). Showdown's own rules are read before the run starts (:func:`maple_async.teams.prepare`)."""
+    if not fmt.startswith("gen9"):
+        raise ConfigError(f"config key 'runner.battle_format' must be a gen9 singles format "
+                          f"(the encoder is gen9: type chart, tera), got {fmt!r}")
+    if any(s in fmt for s in _NOT_SINGLES):
+        raise ConfigError(f"config key 'runner.battle_format': {fmt!r} is not a singles format; "
+                          f"only singles are supported (doubles are a later step)")
 
 
 def get_key(cfg: Config, key: str) -> Any:

@@ -20,9 +20,10 @@ def test_defaults_validate():
     ({"network.kind": "gru"}, "'network.kind' must be one of"),
     ({"train.opponents": "self:1,wizard:2"}, "unknown opponent 'wizard'"),
     ({"server.host": "0.0.0.0"}, "loopback"),
-    ({"runner.battle_format": "gen9randomdoublesbattle"}, "'runner.battle_format' must be a gen9 singles"),
+    ({"runner.battle_format": "gen9randomdoublesbattle"}, "is not a singles format"),
+    ({"runner.battle_format": "gen9vgc2025regi"}, "is not a singles format"),
     ({"runner.battle_format": "gen8randombattle"}, "'runner.battle_format' must be a gen9 singles"),
-    ({"runner.battle_format": "gen9ou"}, "'runner.battle_format' must be a gen9 singles"),
+    ({"runner.team_sampling": "best"}, "'runner.team_sampling' must be one of"),
     ({"train.checkpoint_every_updates": 0}, "'train.checkpoint_every_updates' must be > 0"),
     ({"train.league_every_updates": 0}, "'train.league_every_updates' must be > 0"),
     ({"ppo.gamma": 5}, "'ppo.gamma' must be <= 1"),
@@ -37,8 +38,8 @@ def test_bad_values_name_the_key(overrides, needle):
     assert needle in str(e.value)
 
 
-def test_gen9_singles_random_formats_validate():
-    for fmt in ("gen9randombattle", "gen9unratedrandombattle"):
+def test_gen9_singles_formats_validate():
+    for fmt in ("gen9randombattle", "gen9unratedrandombattle", "gen9bssregi", "gen9ou", "gen91v1"):
         assert C.load(None, {"runner.battle_format": fmt}).runner.battle_format == fmt
 
 

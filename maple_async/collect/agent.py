@@ -83,6 +83,7 @@ class _Live:
 @dataclass
 class AgentStats:
     decisions: int = 0
+    previews: int = 0  # team previews decided
     fallbacks: int = 0  # default orders after a failed forward or no legal action
     retries: int = 0  # re-decisions after [Invalid choice]
     battles: int = 0
@@ -223,6 +224,53 @@ class Agent:
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return order
+
+    async def preview(self, battle, opponent: str) -> str:
+        """The team preview as decisions: one pick at a time through the batcher (BSS: 3,
+        the first leads; a full-team format: the order, its forced last pick not asked),
+        each recorded as a step of the battle's trajectory with the preview mask. The
+        battle's hidden state starts here."""
+        if self.closing:
+            return ""
+        key = self.key(battle)
+        if key in self.live:  # asked again: Showdown refused the order, start the battle over
+            self.live.pop(key)
+            self.hidden.end(key)
+        live = _Live(self.hidden.start(key), RewardTracker(self.reward_cfg),
+                     Trajectory(key, opponent=opponent) if self.record else None, opponent)
+        self.live[key] = live
+        live.last_active = time.perf_counter()
+        live.last_rqid = (battle.last_request or {}).get("rqid")
+        n = enc.preview_picks(battle)
+        picks: list = []
+        while len(picks) < n:
+            mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+            obs = enc.encode_preview(battle, picks, n, mask)
+            legal = np.flatnonzero(mask)
+            if len(legal) == 1:
+                picks.append(int(legal[0]) - enc.PREVIEW)
+                continue
+            decision = await self.batcher.decide(key, live.generation, obs, mask)
+            if self.live.get(key) is not live or self.closing:
+                return ""
+            live.last_active = time.perf_counter()
+            action = decision.action
+            if action < 0 or not mask[action]:
+                self.stats.fallbacks += 1
+                action = int(random.choice(legal))
+            elif live.traj is not None:
+                tr = live.traj
+                tr.obs.append(obs)
+                tr.masks.append(mask)
+                tr.actions.append(action)
+                tr.logps.append(decision.logp)
+                tr.values.append(decision.value)
+                tr.rewards.append(0.0)
+                tr.versions.append(decision.version)
+            picks.append(action - enc.PREVIEW)
+            self.stats.decisions += 1
+        self.stats.previews += 1
+        return enc.preview_order(battle, picks)
 
     def finished(self, battle) -> None:
         key = self.key(battle)

@@ -23,6 +23,7 @@ from ..config import Config, parse_opponent_mix
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
 from ..pokeenv.players import fast_kwargs
+from ..teams import for_config
 from .agent import Agent, Trajectory
 from .match import Match
 
@@ -43,6 +44,7 @@ class Collector:
         self.cfg = cfg
         self.quiet = quiet
         self.mix = parse_opponent_mix(cfg.train.opponents)
+        self.teams = for_config(cfg)  # validated once per process (the main one checks first)
         self.agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
                            reward_cfg=cfg.reward, record=True, on_trajectory=on_trajectory, name="learner")
         self.league_agent: Optional[Agent] = None
@@ -86,7 +88,8 @@ class Collector:
             labels = (name, "learner" if name == "league" else "self")
             match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{i}",
                           battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
-                          battle_timeout_s=cfg.runner.battle_timeout_s, labels=labels)
+                          battle_timeout_s=cfg.runner.battle_timeout_s, labels=labels,
+                          teams=self.teams)
             lanes.append(Lane(name, match, n))
         return lanes
 

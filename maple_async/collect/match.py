@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Optional, Union
 
 from ..pokeenv.players import (PolicyPlayer, close_players, forfeit_unfinished, make_baseline,
                                player_kwargs, run_id)
+from ..teams import Teams
 from .agent import Agent
 
 log = logging.getLogger("maple_async.match")
@@ -31,28 +33,31 @@ class Match:
     ``labels``: what each side's trajectories and statistics call the other (default: the
     baseline's name, or ``self`` when both sides are the same agent).
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config.
+    ``teams``: in a team format, the pools ``me`` and ``opponent`` draw a team from per
+    battle (:func:`maple_async.teams.for_config`).
     """
 
     def __init__(self, url: str, me: Side, opponent: Side, *, concurrency: int,
                  battle_format: str = "gen9randombattle", battle_options: Optional[dict] = None,
                  battle_timeout_s: float = 300.0, account: str = "mpl",
-                 labels: Optional[tuple[str, str]] = None):
+                 labels: Optional[tuple[str, str]] = None, teams: Optional[Teams] = None):
         self.concurrency = concurrency
         self.battle_timeout_s = battle_timeout_s
         if labels is None:
             labels = tuple("self" if isinstance(other, Agent) else other for other in (opponent, me))
         tag = run_id()
         fast = battle_options or {}
+        builders = teams.builders(zlib.crc32(account.encode())) if teams is not None else (None, None)
 
-        def player(side: Side, label: str, suffix: str):
+        def player(side: Side, label: str, suffix: str, team):
             name = f"{account}{tag}{suffix}"
             if isinstance(side, Agent):
                 return PolicyPlayer(side, label, **fast,
-                                    **player_kwargs(url, name, concurrency, battle_format))
-            return make_baseline(side, url, name, concurrency, battle_format)
+                                    **player_kwargs(url, name, concurrency, battle_format, team))
+            return make_baseline(side, url, name, concurrency, battle_format, team)
 
-        self.me = player(me, labels[0], "a")
-        self.opponent = player(opponent, labels[1], "b")
+        self.me = player(me, labels[0], "a", builders[0])
+        self.opponent = player(opponent, labels[1], "b", builders[1])
         self.players = [self.me, self.opponent]
         self.agents = list(dict.fromkeys(s for s in (me, opponent) if isinstance(s, Agent)))
         self.task: Optional[asyncio.Task] = None
@@ -158,12 +163,13 @@ class PlayResult(Rates):
 
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
                concurrency: int = 64, battle_format: str = "gen9randombattle",
-               battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None) -> PlayResult:
+               battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None,
+               teams: Optional[Teams] = None) -> PlayResult:
     """Play ``n_battles`` with ``agent`` against itself (``self``) or a baseline. The agent's
     batcher stays open (its owner closes it)."""
     match = Match(server_url, agent, agent if opponent == "self" else opponent,
                   concurrency=concurrency, battle_format=battle_format, account="maple",
-                  battle_options=battle_options, battle_timeout_s=battle_timeout_s)
+                  battle_options=battle_options, battle_timeout_s=battle_timeout_s, teams=teams)
     d0, b0, s0 = agent.stats.decisions, agent.batcher.stats.batches, agent.batcher.stats.decisions
     t0 = time.perf_counter()
     try:

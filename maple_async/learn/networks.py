@@ -21,9 +21,10 @@ class EntityHead(nn.Module):
     (and move *j* + tera) from move block *j*, each against the core's context.
 
     ``logit = <embed(entity), W y> + w . embed(entity)``: one scorer shared by the six
-    switch slots and one by the four move slots, so what is learned about a move (its
-    damage estimate, effectiveness, a KO) holds in every slot. Added to the plain linear
-    head's logits; needs the :mod:`maple_async.obs.encoding` layout and 26 actions.
+    switch slots, one by the four move slots and one by the six team preview picks (the
+    same Pokémon embedding as switches, its own context), so what is learned about a move
+    (its damage estimate, effectiveness, a KO) holds in every slot. Added to the plain
+    linear head's logits; needs the :mod:`maple_async.obs.encoding` layout and actions.
     """
 
     def __init__(self, hidden_size: int, d: int = 64):
@@ -34,7 +35,10 @@ class EntityHead(nn.Module):
         self.move_ctx = nn.Linear(hidden_size, d)
         self.poke_out = nn.Linear(d, 1)
         self.move_out = nn.Linear(d, 1)
-        for layer in (self.poke_ctx, self.move_ctx, self.poke_out, self.move_out):
+        self.pick_ctx = nn.Linear(hidden_size, d)
+        self.pick_out = nn.Linear(d, 1)
+        for layer in (self.poke_ctx, self.move_ctx, self.poke_out, self.move_out, self.pick_ctx,
+                      self.pick_out):
             nn.init.orthogonal_(layer.weight, gain=0.01)
             nn.init.zeros_(layer.bias)
 
@@ -45,8 +49,9 @@ class EntityHead(nn.Module):
         pe, me = self.poke(own), self.move(moves)
         switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
         move = (me * self.move_ctx(y).unsqueeze(-2)).sum(-1) + self.move_out(me).squeeze(-1)
+        pick = (pe * self.pick_ctx(y).unsqueeze(-2)).sum(-1) + self.pick_out(pe).squeeze(-1)
         other = switch.new_zeros(*lead, 12)  # actions 10-21: never legal in gen9
-        return torch.cat([switch, move, other, move], dim=-1)
+        return torch.cat([switch, move, other, move, pick], dim=-1)
 
 
 class PolicyNetwork(nn.Module):

@@ -1,4 +1,4 @@
-"""Observation encoder and action mask for gen9 random battles (singles).
+"""Observation encoder and action mask for every gen9 singles format (random and team).
 
 Feature layout (float32, ``OBS_DIM`` long; every block at a fixed offset):
 
@@ -12,12 +12,23 @@ field                      FIELD_DIM     weather, fields, side conditions, flags
 =========================  ============  ==================================================
 
 POKE_DIM (per Pokémon): present, hp fraction, fainted, active, status one-hot (6),
-types multi-hot (18), tera type one-hot (18), terastallized, level/100, boosts/6 (7),
-stats/400 (6: hp atk def spa spd spe; own team: the real stats from the request, opponent:
-estimated from base stats and level as random battles build sets), matchup against the
-other side's active Pokémon (3, derived): best type effectiveness of this Pokémon's types
-against it, of its types against this one (both log2 / 2, -1.5 for immunity), log2 speed
-ratio / 2 (clipped to +-1; the active Pokémon's speed with its boost and paralysis).
+types multi-hot (18), tera type one-hot (18; own team: from the request before it is
+used), terastallized, level/100, boosts/6 (7), stats/400 (6: hp atk def spa spd spe; own
+team: the real stats from the request, opponent: estimated from base stats and level as
+random battles build sets), matchup against the other side's active Pokémon (3, derived):
+best type effectiveness of this Pokémon's types against it, of its types against this one
+(both log2 / 2, -1.5 for immunity), log2 speed ratio / 2 (clipped to +-1; the active
+Pokémon's speed with its boost and paralysis); then in battle (own: brought to this battle
+(at team preview: picked so far), opponent: seen in battle, not only at team preview),
+item one-hot (``ITEMS``, then "other item", then "no item"; all zero while unknown),
+ability one-hot (``ABILITIES``, then "other ability"; zero while unknown) and the types
+of its known damaging moves (multi-hot, 18: the own team's four from the request, the
+opponent's as revealed).
+
+Opponent slots: the Pokémon seen in battle in reveal order, then (formats with a team
+preview) the previewed species not seen yet, in preview order, with "in battle" 0. Own
+slots in a pick format (BSS: bring 3 of 6): all six of the team, "in battle" 0 for those
+left home; only brought ones can be switched in.
 
 MOVE_DIM (per move): present, available now, base power/100, accuracy, type one-hot (18),
 category one-hot (3), priority/5, PP fraction, and (derived) log2 effectiveness vs
@@ -32,11 +43,14 @@ were about a third of the encoder's cost.
 
 FIELD_DIM: weather one-hot (9), fields multi-hot (15), own side conditions (24),
 opponent side conditions (24), can tera, opponent used tera, force switch, trapped,
-turn/50, own alive fraction, opponent alive fraction (unknown counted alive).
+turn/50, own alive fraction, opponent alive fraction (unknown counted alive; both of six),
+team preview, picks left at team preview / 6.
 
-Action numbering follows poke-env's ``SinglesEnv`` (gen9, 26 actions): 0-5 switch to
-team slot, 6-9 move, 22-25 move + terastallize (10-21: mega/z/dynamax, never legal in
-gen9). ``action_mask`` and ``action_to_order`` agree by construction: both read the same
+Action numbering follows poke-env's ``SinglesEnv`` for 0-25 (gen9): 0-5 switch to team
+slot, 6-9 move, 22-25 move + terastallize (10-21: mega/z/dynamax, never legal in gen9);
+26-31 are team preview picks: "bring team slot i next" (the first pick leads). A team
+preview is one decision per pick (:func:`encode_preview` and :func:`preview_mask`): BSS
+picks 3, a full-team format orders the team (its last pick is forced and not asked). ``action_mask`` and ``action_to_order`` agree by construction: both read the same
 battle state, and the battle's message lock in poke-env keeps it fixed while a decision
 is pending.
 """
@@ -56,7 +70,8 @@ from poke_env.player.battle_order import BattleOrder, DefaultBattleOrder, Single
 
 from ..pokeenv.fastbattle import ALL, party_slots, take_changes
 
-N_ACTIONS = 26
+N_ACTIONS = 32
+PREVIEW = 26  # actions PREVIEW + i: team preview, bring team slot i next
 N_TYPES = 18
 _TYPES = [t for t in PokemonType if t not in (PokemonType.THREE_QUESTION_MARKS, PokemonType.STELLAR)]
 assert len(_TYPES) == N_TYPES
@@ -82,7 +97,32 @@ P_STATS = P_BOOSTS + len(BOOSTS)
 P_MATCH_OFF = P_STATS + len(STATS)
 P_MATCH_DEF = P_MATCH_OFF + 1
 P_MATCH_SPE = P_MATCH_DEF + 1
-POKE_DIM = P_MATCH_SPE + 1
+P_IN_BATTLE = P_MATCH_SPE + 1
+# Items and abilities that change how a battle is played; the rest are "other".
+ITEMS = ("choiceband", "choicespecs", "choicescarf", "leftovers", "lifeorb", "heavydutyboots",
+         "focussash", "assaultvest", "rockyhelmet", "sitrusberry", "lumberry", "boosterenergy",
+         "blacksludge", "airballoon", "eviolite", "expertbelt", "weaknesspolicy", "toxicorb",
+         "flameorb", "lightclay", "heatrock", "damprock", "clearamulet", "covertcloak",
+         "loadeddice", "whiteherb", "powerherb", "redcard", "ejectbutton", "ejectpack",
+         "rustedsword", "rustedshield", "mentalherb", "throatspray", "safetygoggles", "terrainextender")
+ABILITIES = ("levitate", "intimidate", "flashfire", "waterabsorb", "voltabsorb", "stormdrain",
+             "lightningrod", "sapsipper", "eartheater", "wellbakedbody", "dryskin", "multiscale",
+             "regenerator", "unaware", "magicguard", "sturdy", "protosynthesis", "quarkdrive",
+             "goodasgold", "magicbounce", "thickfat", "purifyingsalt", "hugepower", "purepower",
+             "drought", "drizzle", "sandstream", "snowwarning", "electricsurge", "grassysurge",
+             "psychicsurge", "mistysurge", "orichalcumpulse", "hadronengine", "speedboost",
+             "moxie", "supremeoverlord", "technician", "adaptability", "guts", "prankster",
+             "defiant", "competitive", "poisonheal", "disguise", "zerotohero", "swiftswim",
+             "chlorophyll", "sandrush", "slushrush", "asoneglastrier",
+             "asonespectrier", "vesselofruin", "swordofruin", "tabletsofruin", "beadsofruin")
+ITEM_INDEX = {x: i for i, x in enumerate(ITEMS)}
+ABILITY_INDEX = {x: i for i, x in enumerate(ABILITIES)}
+P_ITEM = P_IN_BATTLE + 1
+P_ITEM_OTHER, P_ITEM_NONE = P_ITEM + len(ITEMS), P_ITEM + len(ITEMS) + 1
+P_ABILITY = P_ITEM_NONE + 1
+P_ABILITY_OTHER = P_ABILITY + len(ABILITIES)
+P_MOVE_TYPES = P_ABILITY_OTHER + 1
+POKE_DIM = P_MOVE_TYPES + N_TYPES
 
 # Per-move block offsets
 M_PRESENT, M_AVAILABLE, M_POWER, M_ACCURACY = 0, 1, 2, 3
@@ -103,7 +143,8 @@ F_FIELDS = F_WEATHER + len(WEATHER_INDEX)
 F_SIDE = F_FIELDS + len(FIELD_INDEX)
 F_OPP_SIDE = F_SIDE + len(SIDE_INDEX)
 F_FLAGS = F_OPP_SIDE + len(SIDE_INDEX)
-N_FLAGS = 7
+N_FLAGS = 9
+FLAG_PREVIEW, FLAG_PICKS_LEFT = 7, 8
 FIELD_DIM = F_FLAGS + N_FLAGS
 
 OWN_TEAM = 0
@@ -111,6 +152,8 @@ OPP_TEAM = OWN_TEAM + 6 * POKE_DIM
 MOVES = OPP_TEAM + 6 * POKE_DIM
 FIELD = MOVES + 4 * MOVE_DIM
 OBS_DIM = FIELD + FIELD_DIM
+# What a checkpoint records of the observation and actions; a different one is refused.
+LAYOUT = f"maple-obs/2 obs={OBS_DIM} poke={POKE_DIM} move={MOVE_DIM} field={FIELD_DIM} actions={N_ACTIONS}"
 
 # Type chart as a matrix: EFFECTIVENESS[attacking, defending].
 _chart = GenData.from_gen(9).type_chart
@@ -127,6 +170,7 @@ _WEATHER_BY_ID = {id(w): i for w, i in WEATHER_INDEX.items()}
 _FIELD_BY_ID = {id(f): i for f, i in FIELD_INDEX.items()}
 _SIDE_BY_ID = {id(c): i for c, i in SIDE_INDEX.items()}
 _FNT = Status.FNT
+_UNKNOWN_ITEM = GenData.UNKNOWN_ITEM
 
 # Static per-move features (power, accuracy, type, category, priority, max PP) by move id.
 _MOVE_STATIC: dict[str, tuple] = {}
@@ -158,6 +202,18 @@ def _move_static(move) -> tuple:
     return cached
 
 
+_MOVE_TYPE: dict[str, int] = {}
+
+
+def _move_type(move) -> int:
+    """Type index of a damaging move (-1: a status move or no type), by move id."""
+    t = _MOVE_TYPE.get(move.id)
+    if t is None:
+        damaging = move.category is not MoveCategory.STATUS
+        t = _MOVE_TYPE[move.id] = TYPE_INDEX.get(move.type, -1) if damaging else -1
+    return t
+
+
 def _stats(known, base, level: int) -> list:
     """Stats (hp atk def spa spd spe): the request's (``known``) when there (own team),
     otherwise estimated from base stats and level with the EVs/IVs random battles use
@@ -181,8 +237,8 @@ def _stats(known, base, level: int) -> list:
 _MON_SLOTS = operator.attrgetter(
     "_type_1", "_type_2", "_temporary_types", "_terastallized", "_terastallized_type",
     "_level", "_base_stats", "_temporary_base_stats", "_stats", "_current_hp", "_max_hp",
-    "_status", "_active", "_boosts")
-R_LEVEL, R_STATUS, R_ACTIVE, R_BOOSTS = 5, 11, 12, 13
+    "_status", "_active", "_boosts", "_item", "_ability", "_moves")
+R_LEVEL, R_STATUS, R_ACTIVE, R_BOOSTS, R_ITEM, R_ABILITY, R_MOVES = 5, 11, 12, 13, 14, 15, 16
 
 
 def _hp_fraction(r: tuple) -> float:
@@ -201,6 +257,8 @@ _POKE_STATIC_MAX = 20000
 def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
     """(static row as a memoryview, type indices, stats) of ``mon``, whose slots are ``r``."""
     t1, t2, tmp, tz, tera, level, base, tbase, known = r[:9]
+    item, ability = r[R_ITEM], r[R_ABILITY]
+    n_moves = len(mon.moves)
     # Pokemon.type_1 / type_2 / base_stats
     if tz and tera is not None:
         t1 = tera
@@ -215,7 +273,8 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
     atk = known.get("atk") if known else None
     c = _POKE_STATIC.get(id(mon))
     if (c is not None and c[0] is t1 and c[1] is t2 and c[2] is tera and c[3] is tz
-            and c[4] == level and c[5] is base and c[6] == atk):
+            and c[4] == level and c[5] is base and c[6] == atk and c[10] == item
+            and c[11] == ability and c[12] == n_moves):
         return c[7], c[8], c[9]
     row = np.zeros(POKE_DIM, dtype=np.float32)
     row[P_PRESENT] = 1.0
@@ -230,19 +289,33 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
     stats = _stats(known, base, level)
     row[P_STATS:P_STATS + len(STATS)] = stats
     row[P_STATS:P_STATS + len(STATS)] /= 400.0
+    row[P_IN_BATTLE] = 1.0
+    if item == "" or item is None:
+        row[P_ITEM_NONE] = 1.0
+    elif item != _UNKNOWN_ITEM:
+        row[P_ITEM + ITEM_INDEX.get(item, len(ITEMS))] = 1.0
+    if ability:
+        row[P_ABILITY + ABILITY_INDEX.get(ability, len(ABILITIES))] = 1.0
+    for move in mon.moves.values():
+        mtype = _move_type(move)
+        if mtype >= 0:
+            row[P_MOVE_TYPES + mtype] = 1.0
     if len(_POKE_STATIC) >= _POKE_STATIC_MAX:
         _POKE_STATIC.clear()
     row = memoryview(row)  # slice-assigned into the output: 3x cheaper than numpy's
-    _POKE_STATIC[id(mon)] = (t1, t2, tera, tz, level, base, atk, row, types, stats)
+    _POKE_STATIC[id(mon)] = (t1, t2, tera, tz, level, base, atk, row, types, stats, item, ability,
+                             n_moves)
     return row, types, stats
 
 
-def _encode_mon(w, base: int, mon, r: tuple, is_active: bool) -> tuple:
+def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, away: bool = False) -> tuple:
     """Write one Pokémon block (``r``: its slots) at ``base`` (its matchup columns are
     derived later, batched: :mod:`maple_async.obs.features`); return whether it is fainted
-    and its HP fraction."""
+    and its HP fraction. ``away``: not in this battle (left home, or only previewed)."""
     row, _, _ = _poke_static(mon, r)
     w[base:base + POKE_DIM] = row
+    if away:
+        w[base + P_IN_BATTLE] = 0.0
     hp = _hp_fraction(r)
     if hp:
         w[base + P_HP] = hp
@@ -263,17 +336,52 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool) -> tuple:
     return fainted, hp
 
 
+def _opponents(battle: Battle) -> tuple[list, int]:
+    """The opponent's Pokémon for its slots, and how many of them were seen in battle: the
+    seen ones in reveal order, then the previewed species not seen yet."""
+    seen = list(battle._opponent_team.values())
+    preview = battle._teampreview_opponent_team
+    if not preview or len(seen) >= 6:
+        return seen, len(seen)
+    species = [m.species for m in seen]
+    # (a forme seen in battle starts with its previewed species: zamazenta -> zamazentacrowned)
+    rest = [p for p in preview if not any(s.startswith(p.species) for s in species)]
+    return seen + rest, len(seen)
+
+
+_NONE: frozenset = frozenset()
+
+
+def _benched(battle: Battle) -> frozenset:
+    """ids of the own Pokémon left home at the team preview of a pick format (BSS): those
+    the requests after it no longer list. Empty in formats without a team preview."""
+    d = battle.__dict__
+    benched = d.get("_maple_benched")
+    if benched is not None:
+        return benched
+    if not battle._teampreview_opponent_team or battle.teampreview:
+        return _NONE
+    side = (battle.last_request or {}).get("side") or {}
+    idents = {e.get("ident") for e in side.get("pokemon") or ()}
+    if not idents:
+        return _NONE
+    benched = d["_maple_benched"] = frozenset(id(m) for ident, m in battle._team.items()
+                                              if ident not in idents)
+    return benched
+
+
 class _Teams:
     """Both team blocks of one battle as last encoded, with what they were built from.
 
     A battle that tracks its changed Pokémon (:class:`~maple_async.pokeenv.fastbattle.FastBattle`)
     keeps one between decisions (in its ``__dict__``) and the next encoding re-reads only
     the Pokémon that changed (other battles are read by :func:`_read_teams`). Per side
-    (0 own, 1 opponent), in team order: the Pokémon, their slots, and from their blocks:
+    (0 own, 1 opponent), in slot order: the Pokémon, their slots, and from their blocks:
     fainted and HP fraction; ``active``: the indices whose slots say active (the first one
-    is the side's active Pokémon, as ``Battle.active_pokemon`` finds it)."""
+    is the side's active Pokémon, as ``Battle.active_pokemon`` finds it); ``benched``: own
+    Pokémon left home; ``n_seen``: opponent slots seen in battle (the rest only previewed)."""
 
-    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "active")
+    __slots__ = ("buf", "w", "mons", "raws", "where", "fainted", "hp", "active", "benched", "n_seen")
 
     def __init__(self, battle: Battle):
         # The two team blocks, then zeros: each encoding starts from a copy.
@@ -283,8 +391,10 @@ class _Teams:
         self.fainted, self.hp = ([], []), ([], [])
         self.where: dict = {}
         self.active = (set(), set())
+        self.benched = _benched(battle)
+        opp, self.n_seen = _opponents(battle)
         self._add(0, list(battle.team.values()))
-        self._add(1, list(battle.opponent_team.values()))
+        self._add(1, opp)
 
     def _add(self, s: int, mons: list) -> list:
         """Append Pokémon to side ``s``; return the (side, index) of those with a block."""
@@ -303,19 +413,30 @@ class _Teams:
         """Every (side, index) that has a block."""
         return [(s, i) for s, mons in enumerate(self.mons) for i in range(min(len(mons), 6))]
 
+    def away(self, s: int, i: int) -> bool:
+        return id(self.mons[0][i]) in self.benched if s == 0 else i >= self.n_seen
+
     def update(self, battle: Battle, changes: set) -> Optional[list]:
         """Re-read the Pokémon in ``changes`` and return the (side, index) blocks to
-        rewrite, or None when the cache no longer fits the battle (a team is not the
-        cached one plus Pokémon added at its end, or a changed Pokémon is in neither)."""
+        rewrite, or None when the cache no longer fits the battle (a side is not the
+        cached one plus Pokémon added at its end, the brought Pokémon changed, or a
+        changed Pokémon is in neither)."""
+        if _benched(battle) is not self.benched:
+            return None
         todo = []
-        for s, team in enumerate((battle.team, battle.opponent_team)):
+        opp, n_seen = _opponents(battle) if battle._teampreview_opponent_team else (None, 0)
+        if opp is not None and (n_seen != self.n_seen or len(opp) != len(self.mons[1])):
+            return None  # a previewed Pokémon was seen: slots move
+        for s, team in enumerate((battle.team, battle._opponent_team)):
             mons = self.mons[s]
             n = len(mons)
-            if len(team) != n:
+            if len(team) != n and opp is None:
                 now = list(team.values())
                 if len(now) < n or any(a is not b for a, b in zip(now, mons)):
                     return None
                 todo += self._add(s, now[n:])
+                if s == 1:
+                    self.n_seen = len(self.mons[1])
         where, raws, mons, active = self.where, self.raws, self.mons, self.active
         for key in changes:
             si = where.get(key)
@@ -331,6 +452,13 @@ class _Teams:
                 todo.append(si)
         return todo
 
+    def sums(self) -> list:
+        """[own HP, own fainted, opponent HP, opponent fainted] over the Pokémon in battle."""
+        own = [i for i in range(min(len(self.mons[0]), 6)) if not self.away(0, i)]
+        seen = range(min(self.n_seen, 6))
+        return [sum(self.hp[0][i] for i in own), sum(self.fainted[0][i] for i in own),
+                sum(self.hp[1][i] for i in seen), sum(self.fainted[1][i] for i in seen)]
+
 
 def _active_index(raws: list) -> int:
     """Index of the active Pokémon (what Battle.active_pokemon returns), -1 for none."""
@@ -343,8 +471,11 @@ def _active_index(raws: list) -> int:
 def _read_teams(battle: Battle, w) -> tuple:
     """Write both team blocks into ``w``, reading every Pokémon. Returns what the rest of
     the encoding needs: (own Pokémon, own active index, side sums [own HP, own fainted,
-    opp HP, opp fainted], team sizes)."""
-    mons, opp_mons = list(battle.team.values()), list(battle.opponent_team.values())
+    opp HP, opp fainted] over the Pokémon in battle, own Pokémon in battle, opponent
+    Pokémon seen)."""
+    mons = list(battle.team.values())
+    opp_mons, n_seen = _opponents(battle)
+    benched = _benched(battle)
     sums = [0.0, 0, 0.0, 0]
     ai = -1
     for s, (offset, side_mons) in enumerate(((OWN_TEAM, mons), (OPP_TEAM, opp_mons))):
@@ -353,10 +484,12 @@ def _read_teams(battle: Battle, w) -> tuple:
         if s == 0:
             ai = act
         for i in range(min(len(side_mons), 6)):
-            fainted, hp = _encode_mon(w, offset + i * POKE_DIM, side_mons[i], raws[i], i == act)
-            sums[2 * s] += hp
-            sums[2 * s + 1] += fainted
-    return mons, ai, sums, len(mons), len(opp_mons)
+            away = id(side_mons[i]) in benched if s == 0 else i >= n_seen
+            fainted, hp = _encode_mon(w, offset + i * POKE_DIM, side_mons[i], raws[i], i == act, away)
+            if not away:
+                sums[2 * s] += hp
+                sums[2 * s + 1] += fainted
+    return mons, ai, sums, len(mons) - len(benched), n_seen
 
 
 def _cached_teams(battle: Battle, changes: set) -> tuple:
@@ -380,9 +513,19 @@ def _cached_teams(battle: Battle, changes: set) -> tuple:
     for s, i in todo:
         teams.fainted[s][i], teams.hp[s][i] = _encode_mon(
             tw, (OWN_TEAM, OPP_TEAM)[s] + i * POKE_DIM, mons[s][i], raws[s][i],
-            i == (ai, oi)[s])
-    sums = [sum(teams.hp[0]), sum(teams.fainted[0]), sum(teams.hp[1]), sum(teams.fainted[1])]
-    return teams, (mons[0], ai, sums, len(mons[0]), len(mons[1]))
+            i == (ai, oi)[s], teams.away(s, i))
+    return teams, (mons[0], ai, teams.sums(), len(mons[0]) - len(teams.benched), teams.n_seen)
+
+
+def _team_sizes(battle: Battle, n_team: int) -> tuple[int, int]:
+    """How many Pokémon each side brings (|teamsize|; BSS: 3), six until told."""
+    sizes = battle._team_size
+    if not sizes:
+        return max(n_team, 6), 6
+    role = battle.player_role
+    own = sizes.get(role, 6)
+    opp = next((v for k, v in sizes.items() if k != role), 6)
+    return own, opp
 
 
 def encode(battle: Battle, out: np.ndarray | None = None,
@@ -400,6 +543,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     the Pokémon that changed since the battle's previous encoding are read again (the
     result is the same); otherwise everything is read and no cache is kept or touched.
     """
+    if not battle.__dict__.get("_maple_tera_known"):
+        learn_tera_types(battle)
     changes = take_changes(battle) if incremental else None
     teams = None
     if changes is None:
@@ -422,9 +567,10 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     active = mons[ai] if ai >= 0 else None
     own_hp_sum, own_fainted, opp_hp_sum, opp_fainted = sums
     own_alive = min(n_team, 6) - own_fainted  # (only the first six are counted)
+    own_size, opp_size = _team_sizes(battle, n_team)
     if side_state is not None:
         side_state[:] = (own_hp_sum, own_fainted,
-                         opp_hp_sum + max(max(n_team, 6) - n_opp, 0), opp_fainted)
+                         opp_hp_sum + max(opp_size - n_opp, 0), opp_fainted)
 
     known_ids: list = []
     known: list = []
@@ -460,7 +606,8 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     out[flags:flags + N_FLAGS] = (
         battle.can_tera, battle.opponent_used_tera,
         any(force_switch) if isinstance(force_switch, list) else force_switch,
-        battle.trapped, battle.turn / 50.0, own_alive / 6.0, (6 - opp_fainted) / 6.0)
+        battle.trapped, battle.turn / 50.0, own_alive / 6.0, (opp_size - opp_fainted) / 6.0,
+        0.0, 0.0)
     if mask is not None:
         _fill_mask(battle, mask, mons, active, available_moves, available, known_ids)
     if moves is not None:
@@ -584,3 +731,71 @@ def action_to_order(battle: Battle, action: int, moves: Optional[list] = None) -
         return _switch_order(battle, action)
     move = (moves if moves is not None else _move_choices(battle))[(action - 6) % 4]
     return SingleBattleOrder(move, terastallize=22 <= action < 26)
+
+
+# -- team preview ---------------------------------------------------------------------------
+
+def preview_picks(battle: Battle) -> int:
+    """How many Pokémon the team preview asks for: the request's ``maxChosenTeamSize``
+    (BSS: 3), else the whole team."""
+    request = battle.last_request or {}
+    n = len(battle.team)
+    return min(request.get("maxChosenTeamSize") or n, n, 6)
+
+
+def preview_mask(battle: Battle, picks: list, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Legal team preview actions: bring a team slot not picked yet (``PREVIEW + i``)."""
+    if out is None:
+        out = np.zeros(N_ACTIONS, dtype=bool)
+    else:
+        out.fill(False)
+    for i in range(min(len(battle.team), 6)):
+        if i not in picks:
+            out[PREVIEW + i] = True
+    return out
+
+
+def encode_preview(battle: Battle, picks: list, n_picks: int,
+                   mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """The observation of one team preview pick: both teams as previewed (own: fully
+    known from the request; "in battle": picked so far), no active Pokémon or moves,
+    the preview flag and the picks left. ``mask`` is filled with :func:`preview_mask`."""
+    out = encode(battle, incremental=False)
+    for i in range(min(len(battle.team), 6)):
+        out[OWN_TEAM + i * POKE_DIM + P_IN_BATTLE] = 1.0 if i in picks else 0.0
+    out[FIELD + F_FLAGS + FLAG_PREVIEW] = 1.0
+    out[FIELD + F_FLAGS + FLAG_PICKS_LEFT] = (n_picks - len(picks)) / 6.0
+    if mask is not None:
+        preview_mask(battle, picks, mask)
+    return out
+
+
+def preview_order(battle: Battle, picks: list) -> str:
+    """``/team`` message for team slots ``picks`` (the first leads), numbered as the
+    request lists the team."""
+    side = (battle.last_request or {}).get("side") or {}
+    position = {e.get("ident"): k for k, e in enumerate(side.get("pokemon") or (), start=1)}
+    idents = list(battle.team)
+    numbers = [position.get(idents[i], i + 1) for i in picks]
+    for i, mon in enumerate(battle.team.values()):
+        mon._selected_in_teampreview = i in picks
+    return "/team " + "".join(map(str, numbers))
+
+
+def learn_tera_types(battle: Battle) -> None:
+    """Own tera types from the request (poke-env keeps a tera type only once used, or
+    from a teambuilder): what the request says before the battle starts."""
+    d = battle.__dict__
+    if d.get("_maple_tera_known"):
+        return
+    side = (battle.last_request or {}).get("side") or {}
+    team = battle._team
+    changes = d.get("_maple_changes")
+    for e in side.get("pokemon") or ():
+        tera = e.get("teraType")
+        mon = team.get(e.get("ident"))
+        if tera and mon is not None and mon._terastallized_type is None:
+            mon._terastallized_type = PokemonType.from_name(tera)
+            if changes is not None:
+                changes.add(id(mon))
+    d["_maple_tera_known"] = bool(side.get("pokemon"))

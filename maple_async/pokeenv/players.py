@@ -79,6 +79,9 @@ class PolicyPlayer(FastBattles, Player):
     def choose_move(self, battle):
         return self.agent.choose(battle, self.opponent_name)
 
+    def teampreview(self, battle):
+        return self.agent.preview(battle, self.opponent_name)
+
     def _battle_finished_callback(self, battle) -> None:
         self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
         self.agent.finished(battle)
@@ -143,9 +146,12 @@ def fast_kwargs(runner_cfg) -> dict:
                 coalesce=runner_cfg.coalesce_sends, fair=runner_cfg.fair_receive)
 
 
-def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str) -> dict:
+def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str,
+                  team=None) -> dict:
+    """``team``: a poke-env Teambuilder (team formats), asked for a team before each battle."""
     from ..server import websocket_url
     return dict(
+        team=team,
         account_configuration=AccountConfiguration(name[:18], None),
         server_configuration=ServerConfiguration(websocket_url(server_url), None),
         battle_format=battle_format,
@@ -156,10 +162,10 @@ def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: s
 
 
 def make_baseline(name: str, server_url: str, account: str, concurrency: int,
-                  battle_format: str) -> Player:
+                  battle_format: str, team=None) -> Player:
     if name not in BASELINES:
         raise ValueError(f"unknown baseline '{name}' (known: {', '.join(BASELINES)})")
-    player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format))
+    player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format, team))
     quiet_logger(player)
     return player
 

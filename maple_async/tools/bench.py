@@ -34,6 +34,7 @@ from ..inference.policy import InferencePolicy
 from ..pokeenv.players import fast_kwargs
 from ..run.process import tune_gc
 from ..server import group_cpu_s
+from ..teams import Teams, for_config
 
 
 def percentile(values, q: float) -> float:
@@ -174,10 +175,12 @@ _FOREVER = 10 ** 7  # battles: a phase plays until its window ends
 
 
 async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: float,
-                          battle_format: str, server_pgid: Optional[int] = None) -> Window:
-    """RandomPlayer against RandomPlayer at the same concurrency, on the same server."""
+                          battle_format: str, server_pgid: Optional[int] = None,
+                          teams: Optional[Teams] = None) -> Window:
+    """RandomPlayer against RandomPlayer at the same concurrency, on the same server (in a
+    team format, with teams from the same pools as maple-async's)."""
     match = Match(url, "random", "random", concurrency=concurrency, battle_format=battle_format,
-                  account="ceil")
+                  account="ceil", teams=teams)
     snap = lambda: {"b": match.me.n_finished,  # noqa: E731
                     "d": match.me.n_decisions + match.opponent.n_decisions}
     match.start(_FOREVER)
@@ -222,7 +225,8 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     from ..learn import networks as nets
     agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher, reward_cfg=cfg.reward)
     match = Match(url, agent, agent, concurrency=cfg.runner.concurrency, account="bench",
-                  battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner))
+                  battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
+                  teams=for_config(cfg))
     snap = _runner_snapshot(lambda: match, agent)
     match.start(_FOREVER)
     try:
@@ -393,7 +397,7 @@ async def _measure_round(cfg, device, seconds: float, warmup_s: float, learn: bo
         progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
                  f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
         return await measure_ceiling(url, cfg.runner.concurrency, seconds, warmup_s,
-                                     cfg.runner.battle_format, server_pgid)
+                                     cfg.runner.battle_format, server_pgid, for_config(cfg))
 
     if ceiling is None and not runner_first:
         ceiling = await ceiling_phase()
@@ -550,7 +554,7 @@ async def _shard_phases(cfg, device, seconds: float, warmup_s: float, barrier) -
         pgid = server.managed.pid if server.managed is not None else None
         await asyncio.to_thread(barrier.wait)  # every shard's server is up
         ceiling = await measure_ceiling(server.url, cfg.runner.concurrency, seconds, warmup_s,
-                                        cfg.runner.battle_format, pgid)
+                                        cfg.runner.battle_format, pgid, for_config(cfg))
         await asyncio.to_thread(barrier.wait)
         runner = await measure_runner(server.url, cfg, device, seconds, warmup_s, server_pgid=pgid)
     return {"ceiling": ceiling, "runner": runner}

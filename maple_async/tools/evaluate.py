@@ -13,6 +13,7 @@ from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
 from ..learn.metrics import wilson_interval
 from ..pokeenv.players import BASELINES
+from ..teams import Teams
 
 
 @dataclass
@@ -51,9 +52,11 @@ def policy_from_checkpoint(path: str, device, greedy: bool = False) -> tuple[Inf
 async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: int, *,
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
                    device="cpu", opponent_label: Optional[str] = None,
-                   battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0) -> EvalResult:
+                   battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
+                   teams: Optional[Teams] = None) -> EvalResult:
     """Play ``n_battles`` against a baseline name or another checkpoint's policy.
-    ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config."""
+    ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
+    ``teams``: in a team format, the pools both sides draw from."""
     agent = Agent(policy, batcher_cfg, name="eval")
     if opponent in BASELINES:
         other = opponent
@@ -62,7 +65,7 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
         other = Agent(opp_policy, batcher_cfg, name="eval-opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
-                  labels=(opponent, "eval"))
+                  labels=(opponent, "eval"), teams=teams)
     try:
         seconds = await match.play(n_battles)
     finally:

@@ -1,0 +1,322 @@
+"""Teams: team files -> Showdown-validated, packed pools -> one team drawn per battle.
+
+A teams path is a file or a folder of files (sorted; hidden files skipped) in Showdown's
+export text, the teambuilder's "Import/Export" view. A file holds one team, or several
+separated by the ``=== [format] name ===`` headers Showdown writes. Parsing, validation
+and packing are Showdown's own (``Teams.import``, ``TeamValidator``, ``Teams.pack``: what
+``pokemon-showdown validate-team`` and ``pack-team`` run), in one ``node`` process for the
+whole pool. The same call reads the format's rules (game type, random teams, how many
+Pokémon are picked at team preview), so :func:`prepare` refuses a doubles format, teams
+given to a random format and a team format without teams before any battle starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from poke_env.teambuilder import Teambuilder
+
+from .errors import UserError
+
+SAMPLING = ("uniform", "cycle", "fixed")
+_HEADER = re.compile(r"^===\s*(?:\[([^\]]*)\])?\s*(.*?)\s*===\s*$")
+_MAX_FILE_BYTES = 4 << 20
+
+# Reads {"format", "teams": [export text]} on stdin; writes the format's rules and, per
+# team, Showdown's errors or the packed team (packed before validation, as a client sends it).
+_CHECK_JS = r"""
+const ps = require(process.argv[1]);
+let input = '';
+process.stdin.on('data', d => { input += d; });
+process.stdin.on('end', () => {
+  const req = JSON.parse(input);
+  const f = ps.Dex.formats.get(req.format);
+  const out = {format: null, teams: []};
+  if (f.exists && f.effectType === 'Format') {
+    const rt = ps.Dex.formats.getRuleTable(f);
+    out.format = {id: f.id, name: f.name, game_type: f.gameType, random: !!f.team,
+                  picked: rt.pickedTeamSize || null, min_size: rt.minTeamSize,
+                  max_size: rt.maxTeamSize, team_preview: rt.has('teampreview')};
+    if (!f.team && req.teams.length) {
+      const v = ps.TeamValidator.get(f.id);
+      for (const text of req.teams) {
+        let r;
+        try {
+          const team = ps.Teams.import(text);
+          if (!team || !team.length) {
+            r = {errors: ['no Pokémon Showdown can read']};
+          } else {
+            const packed = ps.Teams.pack(team);
+            const errors = v.validateTeam(team);
+            r = errors ? {errors} : {packed};
+          }
+        } catch (e) {
+          r = {errors: [String((e && e.message) || e)]};
+        }
+        out.teams.push(r);
+      }
+    }
+  }
+  process.stdout.write(JSON.stringify(out));
+});
+"""
+
+
+class TeamError(UserError):
+    """A format or team problem found before any battle (``problems``: every invalid team)."""
+
+    def __init__(self, message: str, problems: Optional[list] = None):
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """A format's rules as the pinned Showdown reads them."""
+
+    id: str
+    name: str
+    game_type: str
+    random: bool  # the server builds the teams
+    picked: Optional[int]  # Pokémon brought from the team preview (None: the whole team)
+    min_size: int = 1
+    max_size: int = 6
+    team_preview: bool = False
+
+
+@dataclass(frozen=True)
+class Team:
+    source: str  # file it came from
+    name: str  # its header's name, or the file's name
+    packed: str
+
+
+@dataclass
+class TeamPool:
+    """A list of teams and how each battle draws from it (picklable: it travels to shards)."""
+
+    teams: list[Team]
+    sampling: str = "uniform"
+    seed: Optional[int] = None
+
+    def builder(self, offset: int = 0) -> "PoolTeambuilder":
+        return PoolTeambuilder(self, offset)
+
+
+class PoolTeambuilder(Teambuilder):
+    """poke-env asks it for a team before each challenge or acceptance (``yield_team``):
+    ``uniform`` draws at random, ``cycle`` goes round the pool (from ``offset``, so two
+    players on one pool start on different teams), ``fixed`` always sends the first."""
+
+    def __init__(self, pool: TeamPool, offset: int = 0):
+        self.pool = pool
+        self._rng = random.Random(None if pool.seed is None else pool.seed + offset)
+        self._cycle = itertools.cycle(range(len(pool.teams)))
+        for _ in range(offset % max(len(pool.teams), 1)):
+            next(self._cycle)
+        self.drawn: list[Team] = []  # bounded record, for tests and reports
+
+    def next(self) -> Team:
+        teams = self.pool.teams
+        if self.pool.sampling == "fixed":
+            team = teams[0]
+        elif self.pool.sampling == "cycle":
+            team = teams[next(self._cycle)]
+        else:
+            team = self._rng.choice(teams)
+        if len(self.drawn) < 10_000:
+            self.drawn.append(team)
+        return team
+
+    def yield_team(self) -> str:
+        return self.next().packed
+
+
+@dataclass
+class Teams:
+    """What a run plays with: the format's rules and, in a team format, both sides' pools."""
+
+    format: FormatInfo
+    mine: Optional[TeamPool] = None
+    theirs: Optional[TeamPool] = None
+    sources: dict = field(default_factory=dict)  # "mine"/"theirs" -> path, for messages
+
+    @property
+    def team_format(self) -> bool:
+        return not self.format.random
+
+    def builders(self, offset: int = 0) -> tuple[Optional[Teambuilder], Optional[Teambuilder]]:
+        """A teambuilder for each side of a match (None in a random format)."""
+        if self.mine is None:
+            return None, None
+        return self.mine.builder(offset), self.theirs.builder(offset + 1)
+
+
+def split_texts(text: str, source: str) -> list[tuple[str, str, str]]:
+    """(source, name, export text) per team of one file: split at ``=== [fmt] name ===``
+    headers; a file without headers is one team named after the file."""
+    chunks: list[tuple[str, list[str]]] = []
+    name, lines = Path(source).stem, []
+    for line in text.splitlines():
+        m = _HEADER.match(line.strip())
+        if m:
+            if any(x.strip() for x in lines):
+                chunks.append((name, lines))
+            name, lines = (m.group(2) or f"team {len(chunks) + 1}"), []
+        else:
+            lines.append(line)
+    if any(x.strip() for x in lines):
+        chunks.append((name, lines))
+    return [(source, n, "\n".join(ls).strip() + "\n") for n, ls in chunks]
+
+
+def read_texts(path: str | Path) -> list[tuple[str, str, str]]:
+    """Every team under ``path`` (a file, or a folder's files): (source, name, text)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TeamError(f"teams path {path} does not exist")
+    files = sorted(f for f in p.rglob("*") if f.is_file() and not any(
+        part.startswith(".") for part in f.relative_to(p).parts)) if p.is_dir() else [p]
+    out = []
+    for f in files:
+        if f.stat().st_size > _MAX_FILE_BYTES:
+            raise TeamError(f"{f}: larger than {_MAX_FILE_BYTES >> 20} MiB, not a team file")
+        try:
+            text = f.read_text(encoding="utf-8-sig")
+        except (UnicodeDecodeError, OSError) as e:
+            raise TeamError(f"{f}: not readable as UTF-8 text ({e.__class__.__name__})") from None
+        out += split_texts(text, str(f))
+    if not out:
+        raise TeamError(f"teams path {path} holds no team (expected Showdown export text)")
+    return out
+
+
+def _node_check(battle_format: str, texts: list[str], home: Optional[Path] = None) -> dict:
+    from .server import _which, install
+    pkg = install(home)
+    try:
+        proc = subprocess.run([_which("node"), "-e", _CHECK_JS, str(pkg)],
+                              input=json.dumps({"format": battle_format, "teams": texts}),
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise TeamError("Showdown's team validator did not answer in 120 s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise TeamError(f"Showdown's team validator failed: {tail[0]}")
+    return json.loads(proc.stdout)
+
+
+def format_info(battle_format: str, home: Optional[Path] = None) -> FormatInfo:
+    """The format's rules; unknown, non-gen9 and non-singles formats are refused."""
+    return _checked_format(battle_format, _node_check(battle_format, [], home))
+
+
+def _checked_format(battle_format: str, out: dict) -> FormatInfo:
+    f = out.get("format")
+    if f is None:
+        raise TeamError(f"runner.battle_format '{battle_format}' is not a format of the pinned "
+                        f"Showdown (e.g. gen9randombattle, gen9bssregi, gen9ou)")
+    info = FormatInfo(**f)
+    if not info.id.startswith("gen9"):
+        raise TeamError(f"runner.battle_format '{battle_format}': the encoder is gen9; "
+                        f"use a gen9 singles format")
+    if info.game_type != "singles":
+        raise TeamError(f"runner.battle_format '{battle_format}' is a {info.game_type} format; "
+                        f"only singles formats are supported (doubles are a later step)")
+    return info
+
+
+def _pool(battle_format: str, path: str, sampling: str, seed: Optional[int],
+          home: Optional[Path]) -> tuple[FormatInfo, TeamPool]:
+    texts = read_texts(path)
+    out = _node_check(battle_format, [t for _, _, t in texts], home)
+    info = _checked_format(battle_format, out)
+    if info.random:
+        raise TeamError(f"runner.battle_format '{battle_format}' builds random teams: "
+                        f"remove the teams ({path}) or pick a team format such as gen9ou")
+    teams, bad = [], []
+    for (source, name, _), r in zip(texts, out["teams"]):
+        if "errors" in r:
+            reason = "; ".join(e.strip() for e in r["errors"] if e.strip())[:400]
+            bad.append(f"{source}: team '{name}' is not legal in {info.id}: {reason}")
+        else:
+            teams.append(Team(source, name, r["packed"]))
+    if bad:
+        more = f" (and {len(bad) - 1} more invalid teams)" if len(bad) > 1 else ""
+        raise TeamError(bad[0] + more, bad)
+    return info, TeamPool(teams, sampling, seed)
+
+
+_CACHE: dict = {}
+
+
+def prepare(runner_cfg, opponent_teams: Optional[str] = None,
+            home: Optional[Path] = None) -> Teams:
+    """Validate ``runner.battle_format`` and the teams before any battle: raises
+    :class:`TeamError` (one line) on an unknown, non-gen9 or non-singles format, teams
+    given to a random format, a team format without teams, a missing or empty path, or a
+    team Showdown refuses. ``opponent_teams``: the opponents' pool (default: the same)."""
+    fmt, path = runner_cfg.battle_format, runner_cfg.teams
+    key = (fmt, path, opponent_teams, runner_cfg.team_sampling, runner_cfg.seed,
+           _stamp(path), _stamp(opponent_teams))
+    if key in _CACHE:
+        return _CACHE[key]
+    if not path:
+        if opponent_teams:
+            raise TeamError("train.opponent_teams needs runner.teams too")
+        info = format_info(fmt, home)
+        if not info.random:
+            raise TeamError(f"runner.battle_format '{fmt}' is a team format: give teams with "
+                            f"--runner.teams PATH (a file or folder of Showdown export text), "
+                            f"e.g. config/teams/bss for gen9bssregi")
+        result = Teams(info)
+    else:
+        info, mine = _pool(fmt, path, runner_cfg.team_sampling, runner_cfg.seed, home)
+        theirs = mine
+        if opponent_teams and Path(opponent_teams).expanduser().resolve() != Path(path).expanduser().resolve():
+            _, theirs = _pool(fmt, opponent_teams, runner_cfg.team_sampling,
+                              None if runner_cfg.seed is None else runner_cfg.seed + 7919, home)
+        result = Teams(info, mine, theirs, {"mine": path, "theirs": opponent_teams or path})
+    _CACHE[key] = result
+    return result
+
+
+def for_config(cfg, quiet: bool = True) -> Teams:
+    """:func:`prepare` for a whole config (the opponents' pool from ``train.opponent_teams``,
+    Showdown from ``server.home``); prints what was validated unless ``quiet``."""
+    home = Path(cfg.server.home).expanduser() if cfg.server.home else None
+    teams = prepare(cfg.runner, cfg.train.opponent_teams, home)
+    if not quiet:
+        print(f"[teams] {describe(teams)}", flush=True)
+    return teams
+
+
+def _stamp(path: Optional[str]) -> object:
+    """Changes when the files under ``path`` change (so a cached validation is not reused)."""
+    if not path:
+        return None
+    p = Path(path).expanduser()
+    if not p.exists():
+        return "missing"
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+
+
+def describe(teams: Teams) -> str:
+    """One line for the start of a run."""
+    f = teams.format
+    if teams.mine is None:
+        return f"{f.id}: random teams"
+    pick = f", team preview: bring {f.picked}" if f.picked else (", team preview" if f.team_preview else "")
+    line = (f"{f.id}: {len(teams.mine.teams)} teams from {teams.sources['mine']} "
+            f"({teams.mine.sampling}){pick}")
+    if teams.theirs is not teams.mine:
+        line += f"; opponents: {len(teams.theirs.teams)} from {teams.sources['theirs']}"
+    return line
