@@ -1,0 +1,153 @@
+"""Team formats on a real local Showdown: the shipped pools validate, bad teams stop a run
+with one line, concurrent BSS battles with a learned team preview, train -> eval in BSS."""
+
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from maple_async import config as C
+from maple_async import teams as T
+from maple_async.collect.match import play
+from maple_async.config import BatcherConfig
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
+from test_integration_runner import CheckingAgent
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args, timeout=420):
+    return subprocess.run([sys.executable, "-m", "maple_async.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _runner(fmt, teams, sampling="uniform"):
+    return SimpleNamespace(battle_format=fmt, teams=teams, team_sampling=sampling, seed=0)
+
+
+@pytest.mark.parametrize("preset,fmt,pool", [("config/bss.yaml", "gen9bssregi", "config/teams/bss"),
+                                             ("config/ou.yaml", "gen9ou", "config/teams/ou")])
+def test_shipped_pools_validate_and_presets_use_them(preset, fmt, pool):
+    cfg = C.load(preset)
+    assert (cfg.runner.battle_format, cfg.runner.teams) == (fmt, pool)
+    assert "heuristics" not in cfg.train.opponents  # held out for evaluation
+    teams = T.for_config(cfg)
+    assert len(teams.mine.teams) >= 6 and len({t.packed for t in teams.mine.teams}) == len(teams.mine.teams)
+    assert teams.format.team_preview and teams.format.picked == (3 if fmt == "gen9bssregi" else None)
+
+
+def test_format_rules_from_showdown():
+    assert T.format_info("gen9randombattle").random
+    with pytest.raises(T.TeamError, match="only singles formats"):
+        T.format_info("gen9doublesou")
+    with pytest.raises(T.TeamError, match="not a format of the pinned Showdown"):
+        T.format_info("gen9nosuchformat")
+
+
+BAD_TEAM = """=== [gen9ou] Good ===
+
+Garchomp @ Leftovers
+Ability: Rough Skin
+EVs: 252 Atk / 4 Def / 252 Spe
+Jolly Nature
+- Earthquake
+- Dragon Claw
+
+=== [gen9ou] Too Strong ===
+
+Koraidon @ Choice Scarf
+Ability: Orichalcum Pulse
+EVs: 252 Atk / 4 Def / 252 Spe
+Jolly Nature
+- Flare Blitz
+"""
+
+
+@pytest.mark.parametrize("case", ["invalid", "malformed", "missing", "no-teams", "random-with-teams"])
+def test_team_problems_stop_the_run_with_one_line(tmp_path, case):
+    path = tmp_path / "teams.txt"
+    fmt, needle = "gen9ou", None
+    if case == "invalid":
+        path.write_text(BAD_TEAM)
+        needle = rf"{re.escape(str(path))}: team 'Too Strong' is not legal in gen9ou: .*Koraidon"
+    elif case == "malformed":
+        path.write_text("=== [gen9ou] junk ===\n@@@ !!\n:::\n")
+        needle = rf"{re.escape(str(path))}: team 'junk' is not legal in gen9ou: .*does not exist"
+    elif case == "missing":
+        needle = rf"teams path {re.escape(str(path))} does not exist"
+    elif case == "no-teams":
+        needle = "'gen9ou' is a team format: give teams with --runner.teams"
+    else:
+        fmt, path = "gen9randombattle", "config/teams/ou"
+        needle = "'gen9randombattle' builds random teams: remove the teams"
+    args = ["--runner.battle_format", fmt] + ([] if case == "no-teams" else ["--runner.teams", str(path)])
+    p = run_cli("train", "--config", "config/test.yaml", *args, timeout=120)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert re.search(needle, err[0]), err[0]
+    assert "[train]" not in p.stdout  # stopped before any battle
+
+
+async def test_concurrent_bss_battles_with_a_learned_team_preview(showdown_url):
+    teams = T.prepare(_runner("gen9bssregi", "config/teams/bss"))
+    orders = []
+
+    class Agent(CheckingAgent):
+        async def preview(self, battle, opponent):
+            order = await super().preview(battle, opponent)
+            orders.append(order)
+            return order
+
+    agent = Agent(InferencePolicy(nets.build("lstm", hidden_size=32)), BatcherConfig(), record=True)
+    trajectories = []
+    agent.on_trajectory = trajectories.append
+    try:
+        res = await play(agent, showdown_url, 32, concurrency=16, battle_format="gen9bssregi", teams=teams)
+    finally:
+        await agent.batcher.close()
+    assert res.battles == 32 and res.wins + res.losses + res.ties == 32
+    assert agent.stats.invalid_choices == 0 and agent.stats.fallbacks == 0
+    assert agent.checked > 100 and agent.mask_errors == []  # only brought Pokémon switch in
+    assert len(orders) == 64 and agent.stats.previews == 64  # both sides, every battle
+    for order in orders:
+        assert re.fullmatch(r"/team [1-6]{3}", order) and len(set(order[6:])) == 3, order
+    assert len(trajectories) == 64
+    for tr in trajectories:  # the preview's picks open every trajectory, then battle decisions
+        assert all(a >= 26 for a in tr.actions[:3]) and all(a < 26 for a in tr.actions[3:])
+    assert len(agent.hidden) == 0 and not agent.live
+
+
+async def test_ou_orders_the_whole_team(showdown_url):
+    teams = T.prepare(_runner("gen9ou", "config/teams/ou"))
+    orders = []
+
+    class Agent(CheckingAgent):
+        async def preview(self, battle, opponent):
+            orders.append(await super().preview(battle, opponent))
+            return orders[-1]
+
+    agent = Agent(InferencePolicy(nets.build("lstm", hidden_size=32)), BatcherConfig())
+    try:
+        res = await play(agent, showdown_url, 6, concurrency=6, opponent="heuristics",
+                         battle_format="gen9ou", teams=teams)
+    finally:
+        await agent.batcher.close()
+    assert res.battles == 6 and agent.stats.invalid_choices == 0 and agent.mask_errors == []
+    assert len(orders) == 6 and all(sorted(o[6:]) == list("123456") for o in orders), orders
+
+
+def test_train_in_bss_then_eval_loads_its_checkpoint(showdown_url, tmp_path):
+    run_dir = tmp_path / "bss"
+    fmt = ["--runner.battle_format", "gen9bssregi", "--runner.teams", "config/teams/bss"]
+    p = run_cli("train", "--config", "config/test.yaml", *fmt, "--server", showdown_url,
+                "--train.run_dir", str(run_dir))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "[teams] gen9bssregi: 6 teams from config/teams/bss" in p.stdout
+    assert "final checkpoint" in p.stdout and (run_dir / "latest.pt").exists()
+    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "max_power",
+                "--battles", "12", "--concurrency", "12", "--server", showdown_url, *fmt)
+    assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
+    assert "[eval] vs max_power: win rate" in e.stdout and "over 12 battles" in e.stdout
