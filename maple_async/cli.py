@@ -312,6 +312,7 @@ def cmd_bench(args) -> int:
         raise UserError("--shards must be >= 1, and --shards N > 1 takes no --sweep, --repeats or --throttle-server")
     if not 0 <= args.throttle_server < 1 or (args.throttle_server and cfg.server.url):
         raise UserError("--throttle-server must be in [0, 1) and needs a managed server (no --server)")
+    check_teams(cfg)
     return run_async(_bench(cfg, args))
 
 

@@ -19,6 +19,10 @@ private attribute                      used by
 ``Battle._update_team_from_request``   fastbattle.FastBattle
 ``Battle._team``, ``._opponent_team``  fastbattle.speed_up
 ``Battle._wait``                       obs.encoding (no decision while waiting)
+``Battle._teampreview_opponent_team``  obs.encoding (previewed opponents, pick formats)
+``Battle._team_size``                  obs.encoding (Pokémon brought per side)
+``Pokemon._terastallized_type`` (set)  obs.encoding.learn_tera_types (from the request)
+``Pokemon._selected_in_teampreview``   obs.encoding.preview_order (as poke-env asks)
 ``Pokemon._active``                    fastbattle, obs.encoding
 ``Pokemon._add_move``, ``._moves``     fastbattle.FastPokemon
 ``MoveSet`` ``_base_moves``,           fastbattle.FastPokemon (Transform / Mimic check)
@@ -30,7 +34,8 @@ private attribute                      used by
 ``_base_stats``,
 ``_temporary_base_stats``, ``_stats``,
 ``_current_hp``, ``_max_hp``,
-``_status``, ``_boosts``
+``_status``, ``_boosts``, ``_item``,
+``_ability``, ``_moves``
 ``Move`` ``_id``, ``_current_pp``,     obs.encoding
 ``_from_transform``
 =====================================  ===================================================
