@@ -111,7 +111,7 @@ class PPOConfig:
     algo: str = key("ppo", "ppo (clipped, several epochs) or reinforce (one pass, learned baseline)",
                     choices=("ppo", "reinforce"))
     lr: float = key(3e-4, "Adam learning rate", gt=0)
-    lr_schedule: str = key("constant", "constant, or linear decay to 5% over total_battles",
+    lr_schedule: str = key("constant", "constant, or linear decay to 5% over the run's budget (total_battles or max_minutes, whichever ends first)",
                            choices=("constant", "linear"))
     gamma: float = key(0.99, "discount per decision", ge=0, le=1)
     gae_lambda: float = key(0.95, "GAE lambda", ge=0, le=1)

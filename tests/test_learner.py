@@ -153,3 +153,28 @@ def test_wilson_interval():
     lo, hi = wilson_interval(90, 100)
     assert 0.82 < lo < 0.84 and 0.94 < hi < 0.96
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_linear_lr_follows_the_budget_that_ends_first(tmp_path):
+    """With max_minutes the run ends on time: the LR must reach its floor then, not stay at
+    the share of total_battles done so far."""
+    from maple_async.config import Config
+    from maple_async.run.loop import LearningLoop
+
+    learner = Learner(nets.build("mlp", hidden_size=8), PPOConfig(lr=1e-3, lr_schedule="linear"),
+                      total_updates=10)
+    assert learner.lr_at(0.0) == pytest.approx(1e-3) and learner.lr_at(0.5) == pytest.approx(5e-4)
+    assert learner.lr_at(1.2) == pytest.approx(5e-5)  # the 5% floor
+    m = learner.update([fake_traj(np.random.default_rng(0), 4)], progress=0.75)
+    assert m["lr"] == pytest.approx(2.5e-4)
+
+    cfg = Config()
+    cfg.train.run_dir, cfg.train.tensorboard = str(tmp_path), False
+    cfg.train.total_battles, cfg.train.max_minutes = 10_000, 30.0
+    loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+    loop.counters["battles"] = 1_000  # 10% of the battles ...
+    assert loop.progress(27 * 60) == pytest.approx(0.9)  # ... but 90% of the time
+    loop.counters["battles"] = 9_500
+    assert loop.progress(60) == pytest.approx(0.95)
+    cfg.train.max_minutes = 0.0  # no time limit: battles only
+    assert loop.progress(10 ** 6) == pytest.approx(0.95)

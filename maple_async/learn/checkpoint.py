@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, safe loads.
 
-A checkpoint holds only tensors and plain data (weights, optimizer and scheduler state,
+A checkpoint holds only tensors and plain data (weights, optimizer state,
 counters, the run's config, the league's weights), so it loads with
 ``torch.load(weights_only=True)``: no arbitrary code runs when a file is opened.
 Writes go to a temporary file in the same folder, are fsynced, then renamed over the

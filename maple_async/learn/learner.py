@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -120,12 +120,7 @@ class Learner:
         self.cfg = cfg
         self.features = features
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=cfg.lr, eps=1e-5)
-        total = max(total_updates, 1)
-        if cfg.lr_schedule == "linear":
-            lr_lambda = lambda u: max(1.0 - u / total, 0.05)  # noqa: E731
-        else:
-            lr_lambda = lambda u: 1.0  # noqa: E731
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
+        self.total_updates = max(total_updates, 1)
         self.updates = 0
         self.generator = torch.Generator().manual_seed(0)
 
@@ -150,9 +145,21 @@ class Learner:
         return torch.stack(starts, dim=1)
 
     # -- one PPO update ------------------------------------------------------------------
-    def update(self, trajectories: Sequence) -> dict:
+    def lr_at(self, progress: float) -> float:
+        """The learning rate at ``progress`` (0..1) of the run's budget: constant, or linear
+        decay to 5% of ``ppo.lr``."""
+        if self.cfg.lr_schedule != "linear":
+            return self.cfg.lr
+        return self.cfg.lr * max(1.0 - progress, 0.05)
+
+    def update(self, trajectories: Sequence, progress: Optional[float] = None) -> dict:
+        """One PPO update. ``progress``: how much of the run's budget (battles or time,
+        whichever ends first) is spent; by default updates / ``total_updates``."""
         t0 = time.perf_counter()
         cfg, net = self.cfg, self.network
+        lr = self.lr_at(self.updates / self.total_updates if progress is None else progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         net.train()
         ro = Rollout.from_trajectories(trajectories, cfg, self.device, self.features)
         chunks = make_chunks(ro.lengths, cfg.bptt_length)
@@ -175,7 +182,6 @@ class Learner:
                 for k in stats:
                     stats[k].append(info[k])
 
-        self.scheduler.step()
         self.updates += 1
         net.eval()
         valid = ro.valid
@@ -246,12 +252,11 @@ class Learner:
     # -- checkpoint state ------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "updates": self.updates}
+                "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.network.load_state_dict(state["network"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.updates = int(state["updates"])
 
     def weights_cpu(self) -> dict:

@@ -161,8 +161,16 @@ class LearningLoop:
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (e.g. a Ray actor's loop): the owner handles signals
 
+    def progress(self, seconds: float) -> float:
+        """How much of the run's budget is spent: battle sides or minutes, whichever ends first."""
+        t = self.cfg.train
+        by_battles = self.counters["battles"] / t.total_battles
+        by_time = seconds / (60.0 * t.max_minutes) if t.max_minutes else 0.0
+        return min(max(by_battles, by_time), 1.0)
+
     async def _update(self, batch, last: dict, t_start: float, seconds_before: float) -> dict:
-        metrics = await asyncio.to_thread(self.learner.update, batch)
+        progress = self.progress(seconds_before + time.perf_counter() - t_start)
+        metrics = await asyncio.to_thread(self.learner.update, batch, progress)
         self.counters["version"] += 1
         self.counters["battles"] += len(batch)
         self.counters["decisions"] += sum(len(t) for t in batch)
