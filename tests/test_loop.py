@@ -66,6 +66,9 @@ async def test_updates_publish_checkpoint_and_stop_by_the_rules(tmp_path):
     assert loop.stop_reason == "reached 32 battle sides" and tp.stopped
     assert [m["version"] for m in tp.published] == list(range(1, len(tp.published) + 1))
     assert loop.learner.updates == len(tp.published) + 1  # + the final update on the 3 left over
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    # ... with a step scaled to its size (3 of 8; constant schedule)
+    assert float(rows[-1]["lr"]) == cfg.ppo.lr * 3 / 8 and float(rows[-2]["lr"]) == cfg.ppo.lr
     assert loop.trained_trajectories == loop.collected_trajectories
     ckpts = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert "ckpt_000002.pt" in ckpts and (tmp_path / "run" / "latest.pt").exists()

@@ -152,12 +152,14 @@ class Learner:
             return self.cfg.lr
         return self.cfg.lr * max(1.0 - progress, 0.05)
 
-    def update(self, trajectories: Sequence, progress: Optional[float] = None) -> dict:
+    def update(self, trajectories: Sequence, progress: Optional[float] = None,
+               lr_scale: float = 1.0) -> dict:
         """One PPO update. ``progress``: how much of the run's budget (battles or time,
-        whichever ends first) is spent; by default updates / ``total_updates``."""
+        whichever ends first) is spent; by default updates / ``total_updates``.
+        ``lr_scale``: a smaller step for a smaller batch (the final update's leftovers)."""
         t0 = time.perf_counter()
         cfg, net = self.cfg, self.network
-        lr = self.lr_at(self.updates / self.total_updates if progress is None else progress)
+        lr = lr_scale * self.lr_at(self.updates / self.total_updates if progress is None else progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         net.train()

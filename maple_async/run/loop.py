@@ -139,8 +139,11 @@ class LearningLoop:
             if self.backlog:
                 # Finished battles are never thrown away: a last, smaller update uses them.
                 batch, self.backlog = self.backlog, []
-                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories")
-                summary = await self._update(batch, last, t_start, seconds_before)
+                # A handful of them would get a full step: the step shrinks with the batch.
+                scale = min(1.0, len(batch) / cfg.train.battles_per_update)
+                self._print(f"[train] final update on the {len(batch)} remaining finished trajectories "
+                            f"(learning rate x {scale:.2f})")
+                summary = await self._update(batch, last, t_start, seconds_before, scale)
             self.save_checkpoint(final=True)
             self.metrics.close()
             report = transport.report(time.perf_counter() - t_start)
@@ -168,9 +171,10 @@ class LearningLoop:
         by_time = seconds / (60.0 * t.max_minutes) if t.max_minutes else 0.0
         return min(max(by_battles, by_time), 1.0)
 
-    async def _update(self, batch, last: dict, t_start: float, seconds_before: float) -> dict:
+    async def _update(self, batch, last: dict, t_start: float, seconds_before: float,
+                      lr_scale: float = 1.0) -> dict:
         progress = self.progress(seconds_before + time.perf_counter() - t_start)
-        metrics = await asyncio.to_thread(self.learner.update, batch, progress)
+        metrics = await asyncio.to_thread(self.learner.update, batch, progress, lr_scale)
         self.counters["version"] += 1
         self.counters["battles"] += len(batch)
         self.counters["decisions"] += sum(len(t) for t in batch)
