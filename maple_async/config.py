@@ -69,7 +69,9 @@ class RunnerConfig:
     gc_young_threshold: int = key(20000, "objects alive at start-up are frozen out of the cyclic GC and young "
                                          "objects are collected every this many allocations (0: Python's "
                                          "defaults)", ge=0)
-    seed: Optional[int] = key(None, "seed of torch, numpy and random in the main process")
+    seed: Optional[int] = key(None, "seed of torch, numpy and random (main process: this seed; shard "
+                                    "worker i: seed + 1000 (i + 1)), of minibatch order and of team "
+                                    "draws; Showdown's own random numbers are not seeded")
 
 
 @dataclass

@@ -178,3 +178,29 @@ def test_linear_lr_follows_the_budget_that_ends_first(tmp_path):
     assert loop.progress(60) == pytest.approx(0.95)
     cfg.train.max_minutes = 0.0  # no time limit: battles only
     assert loop.progress(10 ** 6) == pytest.approx(0.95)
+
+
+def test_seeded_updates_are_reproducible():
+    """runner.seed seeds torch's global stream; network init and minibatch order come from
+    it, so one seed gives one update and another seed another."""
+    def run(seed):
+        torch.manual_seed(seed)
+        learner = Learner(nets.build("lstm", hidden_size=8), PPOConfig(epochs=2, minibatch_sequences=1))
+        learner.update([fake_traj(np.random.default_rng(1), n) for n in (3, 5, 4)])
+        return learner.network.state_dict()
+
+    a, b, c = run(5), run(5), run(6)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_shard_workers_get_their_own_seeds():
+    from maple_async.config import Config
+    from maple_async.run.transports import ProcessTransport
+    cfg = Config()
+    cfg.runner.seed, cfg.train.shards = 7, 3
+    tp = ProcessTransport(cfg, quiet=True)
+    seeds = [tp._worker_cfg(i)["runner"]["seed"] for i in range(3)]
+    assert len(set(seeds + [7])) == 4
+    cfg.runner.seed = None
+    assert tp._worker_cfg(0)["runner"]["seed"] is None

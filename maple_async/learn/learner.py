@@ -122,7 +122,8 @@ class Learner:
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=cfg.lr, eps=1e-5)
         self.total_updates = max(total_updates, 1)
         self.updates = 0
-        self.generator = torch.Generator().manual_seed(0)
+        # Minibatch order: from torch's global stream, which runner.seed seeds.
+        self.generator = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, ()).item()))
 
     # -- hidden states at chunk starts, recomputed with the current weights -------------
     @torch.no_grad()

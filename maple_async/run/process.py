@@ -39,24 +39,29 @@ def tune_gc(young_threshold: int) -> None:
     gc.set_threshold(young_threshold, *_GC_DEFAULT_THRESHOLD[1:])
 
 
-def setup_battle_process(cfg) -> None:
-    """torch's CPU threads and the GC setting: every process that plays battles sets these."""
+def shard_seed(seed: int, shard: int) -> int:
+    """The seed of shard worker ``shard`` (a stream of its own, derived from the run's)."""
+    return seed + 1000 * (shard + 1)
+
+
+def setup_battle_process(cfg, seed: bool = False) -> None:
+    """torch's CPU threads and the GC setting: every process that plays battles sets these;
+    with ``seed``, also seeds torch, numpy and random from ``runner.seed`` (when set)."""
     import torch
     torch.set_num_threads(cfg.runner.torch_threads)
     tune_gc(cfg.runner.gc_young_threshold)
-
-
-def setup_process(cfg):
-    """:func:`setup_battle_process`, the seeds (``runner.seed``); returns the torch device."""
-    from ..errors import UserError
-    from ..inference.policy import resolve_device
-    setup_battle_process(cfg)
-    if cfg.runner.seed is not None:
+    if seed and cfg.runner.seed is not None:
         import numpy as np
-        import torch
         torch.manual_seed(cfg.runner.seed)
         np.random.seed(cfg.runner.seed)
         random.seed(cfg.runner.seed)
+
+
+def setup_process(cfg):
+    """:func:`setup_battle_process` with the seeds (``runner.seed``); returns the torch device."""
+    from ..errors import UserError
+    from ..inference.policy import resolve_device
+    setup_battle_process(cfg, seed=True)
     try:
         return resolve_device(cfg.runner.device)
     except ValueError as e:

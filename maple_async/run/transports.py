@@ -33,7 +33,7 @@ from ..collect.collector import Collector
 from ..config import Config
 from ..errors import UserError
 from ..server import resolve_simulators
-from .process import run_async, setup_battle_process
+from .process import run_async, setup_battle_process, shard_seed
 
 
 def _counters(agent) -> dict:
@@ -230,7 +230,7 @@ def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when workers stop
     cfg = from_saved(cfg_dict)
-    setup_battle_process(cfg)
+    setup_battle_process(cfg, seed=True)
     parent = os.getppid()
     send = _PipeSender(conn)
     try:
@@ -278,8 +278,10 @@ class ProcessTransport:
         if not self.quiet:
             print(msg, flush=True)
 
-    def _worker_cfg(self) -> dict:
+    def _worker_cfg(self, shard: int) -> dict:
         d = self.cfg.to_dict()
+        if self.cfg.runner.seed is not None:  # each worker its own stream, all from the one seed
+            d["runner"]["seed"] = shard_seed(self.cfg.runner.seed, shard)
         d["runner"]["device"] = self.cfg.train.worker_device
         d["server"]["port"] = 0  # each shard its own free port
         d["server"]["simulators"] = resolve_simulators(self.cfg.server.simulators, self.cfg.train.shards)
@@ -290,7 +292,7 @@ class ProcessTransport:
     def _spawn(self, i: int, msg: dict) -> tuple[Any, Any]:
         in_q = self.ctx.Queue()
         reader, writer = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_worker_main, args=(i, self._worker_cfg(), writer, in_q),
+        proc = self.ctx.Process(target=_worker_main, args=(i, self._worker_cfg(i), writer, in_q),
                                 name=f"maple-shard-{i}", daemon=True)
         proc.start()
         writer.close()  # the worker holds the only write end: its death reads as EOF here
@@ -451,7 +453,7 @@ class _ShardActor:
     async def run(self) -> bool:
         from ..config import from_saved
         cfg = from_saved(self.cfg_dict)
-        setup_battle_process(cfg)
+        setup_battle_process(cfg, seed=True)
         await run_shard(self.shard, cfg, self.outbox.append, self._q().get)
         return True
 
@@ -480,7 +482,7 @@ class RayTransport(ProcessTransport):
         await super().start(msg)
 
     def _spawn(self, i: int, msg: dict) -> tuple[Any, Any]:
-        actor = self.actor_cls.options(name=None, scheduling_strategy="SPREAD").remote(i, self._worker_cfg())
+        actor = self.actor_cls.options(name=None, scheduling_strategy="SPREAD").remote(i, self._worker_cfg(i))
         actor.push.remote(self.ray.put(msg))
         return actor, actor.run.remote()
 
