@@ -113,7 +113,7 @@ class Agent:
     def __init__(self, policy, batcher_cfg: BatcherConfig, *, reward_cfg: Optional[RewardConfig] = None,
                  record: bool = False,
                  on_trajectory: Optional[Callable[[Trajectory], None]] = None,
-                 name: str = "agent"):
+                 name: str = "agent", gamma: float = 0.99):
         self.policy = policy
         self.name = name
         self.hidden = HiddenStates(policy.hidden_dim)
@@ -123,6 +123,7 @@ class Agent:
             offload_min_batch=batcher_cfg.offload_min_batch, quiet_gaps=batcher_cfg.quiet_gaps,
             min_quiet_ms=batcher_cfg.min_quiet_ms)
         self.reward_cfg = reward_cfg or RewardConfig()
+        self.gamma = gamma  # potential-based shaping discounts with the learner's gamma
         self.record = record
         self.on_trajectory = on_trajectory
         self.live: dict[Hashable, _Live] = {}
@@ -153,7 +154,7 @@ class Agent:
         live = self.live.get(key)
         if live is None:
             gen = self.hidden.start(key)
-            live = _Live(gen, RewardTracker(self.reward_cfg),
+            live = _Live(gen, RewardTracker(self.reward_cfg, self.gamma),
                          Trajectory(key, opponent=opponent) if self.record else None, opponent)
             self.live[key] = live
         live.last_active = t_start
@@ -236,7 +237,7 @@ class Agent:
         if key in self.live:  # asked again: Showdown refused the order, start the battle over
             self.live.pop(key)
             self.hidden.end(key)
-        live = _Live(self.hidden.start(key), RewardTracker(self.reward_cfg),
+        live = _Live(self.hidden.start(key), RewardTracker(self.reward_cfg, self.gamma),
                      Trajectory(key, opponent=opponent) if self.record else None, opponent)
         self.live[key] = live
         live.last_active = time.perf_counter()

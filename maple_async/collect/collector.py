@@ -46,7 +46,8 @@ class Collector:
         self.mix = parse_opponent_mix(cfg.train.opponents)
         self.teams = for_config(cfg)  # validated once per process (the main one checks first)
         self.agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
-                           reward_cfg=cfg.reward, record=True, on_trajectory=on_trajectory, name="learner")
+                           reward_cfg=cfg.reward, record=True, on_trajectory=on_trajectory, name="learner",
+                           gamma=cfg.ppo.gamma)
         self.league_agent: Optional[Agent] = None
         if "league" in self.mix:
             self.league_agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,

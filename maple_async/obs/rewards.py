@@ -37,7 +37,12 @@ def side_state(battle) -> tuple[float, int, float, int]:
 
 @dataclass
 class RewardTracker:
+    """``cfg.shaping``: ``difference`` pays each decision the change of the shaped
+    quantities (they sum to the final margin); ``potential`` pays gamma Phi(s') - Phi(s) with
+    Phi the same quantities and Phi(end) = 0."""
+
     cfg: RewardConfig
+    gamma: float = 0.99
     totals: dict = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
     _last: tuple | None = None
 
@@ -49,12 +54,15 @@ class RewardTracker:
     def step(self, battle, state=None) -> float:
         """Reward earned since the previous call (0 on the first); call once per decision.
         ``state``: the battle's :func:`side_state` if already known (the encoder fills it)."""
+        return self._step(self._shaped(battle, state) if self.cfg.hp or self.cfg.faint else None)
+
+    def _step(self, now) -> float:
         hp = faint = 0.0
-        if self.cfg.hp or self.cfg.faint:
-            now = self._shaped(battle, state)
+        if now is not None:
             if self._last is not None:
-                hp = self.cfg.hp * (now[0] - self._last[0])
-                faint = self.cfg.faint * (now[1] - self._last[1])
+                g = self.gamma if self.cfg.shaping == "potential" else 1.0
+                hp = self.cfg.hp * (g * now[0] - self._last[0])
+                faint = self.cfg.faint * (g * now[1] - self._last[1])
             self._last = now
         turn = -self.cfg.turn_penalty
         self.totals["hp"] += hp
@@ -64,7 +72,11 @@ class RewardTracker:
 
     def final(self, battle) -> float:
         """Reward for the last decision's outcome: shaped change plus win/loss (once)."""
-        r = self.step(battle) + self.cfg.turn_penalty  # no turn penalty after the end
+        end = None
+        if self.cfg.hp or self.cfg.faint:
+            # potential: Phi(end) = 0, so the shaped terms telescope to -Phi(start) = 0
+            end = (0.0, 0.0) if self.cfg.shaping == "potential" else self._shaped(battle)
+        r = self._step(end) + self.cfg.turn_penalty  # no turn penalty after the end
         self.totals["turn"] += self.cfg.turn_penalty
         win = self.cfg.win if battle.won else (-self.cfg.win if battle.lost else 0.0)
         self.totals["win"] += win
