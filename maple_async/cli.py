@@ -211,15 +211,51 @@ def cmd_train(args) -> int:
     return run_async(_train(cfg, resume))
 
 
+def _eval_opponents(args) -> list[str]:
+    return [o.strip() for o in (args.opponents or args.opponent).split(",") if o.strip()]
+
+
 async def _eval(cfg, args) -> int:
+    import json
+
+    from .pokeenv.players import BASELINES, fast_kwargs
     from .server import server_for
-    from .tools.evaluate import policy_from_checkpoint
+    from .teams import for_config
+    from .tools.evaluate import EvalTable, evaluate, policy_from_checkpoint, training_label
 
     device = setup_process(cfg)
-    policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=args.greedy)
-    async with server_for(cfg.server) as server:
-        print(await _eval_line(cfg, policy, server.url, args.opponent, args.battles, device,
-                               cfg.runner.concurrency))
+    opponents = _eval_opponents(args)
+    baselines = [o for o in opponents if o in BASELINES]
+    checkpoints = list(dict.fromkeys([args.checkpoint] + [o for o in opponents if o not in BASELINES]))
+    short = {c: Path(c).name for c in checkpoints}
+    if len(set(short.values())) < len(short):
+        short = {c: c for c in checkpoints}
+    loaded = {c: policy_from_checkpoint(c, device, greedy=args.greedy) for c in checkpoints}
+    table = EvalTable()
+    quiet = args.json == "-"
+    async with server_for(cfg.server, quiet=quiet) as server:
+        # Every checkpoint against every baseline and every later checkpoint (a round robin
+        # without baseline-vs-baseline games): the first checkpoint's row is the headline.
+        for i, c in enumerate(checkpoints):
+            policy, ckpt_cfg = loaded[c]
+            for o in baselines + checkpoints[i + 1:]:
+                res = await evaluate(policy, server.url, o, args.battles, batcher_cfg=cfg.batcher,
+                                     concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
+                                     device=device, opponent_label=short.get(o, o),
+                                     battle_options=fast_kwargs(cfg.runner),
+                                     battle_timeout_s=cfg.runner.battle_timeout_s, teams=for_config(cfg))
+                table.results.append((short[c], res, training_label(o, ckpt_cfg.train)))
+                if not quiet:
+                    print(table.lines()[len(table.results) - 1], flush=True)
+    if args.json:
+        text = json.dumps(table.to_json(), indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    if not quiet:
+        for line in table.lines()[len(table.results):]:
+            print(line)
     return 0
 
 
@@ -230,9 +266,10 @@ def cmd_eval(args) -> int:
     import os
 
     from .pokeenv.players import BASELINES
-    if args.opponent not in BASELINES and not os.path.isfile(args.opponent):
-        raise UserError(f"--opponent must be one of {', '.join(BASELINES)} or a checkpoint file; "
-                        f"got {args.opponent!r}")
+    for opponent in _eval_opponents(args) or [""]:
+        if opponent not in BASELINES and not os.path.isfile(opponent):
+            raise UserError(f"--opponents must list {', '.join(BASELINES)} or checkpoint files; "
+                            f"got {opponent!r}")
     check_teams(cfg)
     return run_async(_eval(cfg, args))
 
@@ -343,7 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="win rate (95%% CI) of a checkpoint against a baseline or checkpoint")
     ev.add_argument("--checkpoint", required=True)
-    ev.add_argument("--opponent", default="random", help="random | max_power | heuristics | PATH")
+    ev.add_argument("--opponents", default=None,
+                    help="comma list of random | max_power | heuristics | checkpoint PATH: one row per "
+                         "opponent (labelled held out / in training from the checkpoint's mix), ratings; "
+                         "checkpoints also play each other")
+    ev.add_argument("--opponent", default="random", help="one opponent (the same as --opponents X)")
+    ev.add_argument("--json", default=None, help="write the results and ratings as JSON to PATH (- : stdout)")
     ev.add_argument("--battles", type=int, default=200)
     ev.add_argument("--greedy", action="store_true",
                     help="argmax actions (default: sample, as in training; greedy recurrent "

@@ -1,6 +1,7 @@
 """Team formats on a real local Showdown: the shipped pools validate, bad teams stop a run
 with one line, concurrent BSS battles with a learned team preview, train -> eval in BSS."""
 
+import json
 import re
 import subprocess
 import sys
@@ -147,7 +148,12 @@ def test_train_in_bss_then_eval_loads_its_checkpoint(showdown_url, tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "[teams] gen9bssregi: 6 teams from config/teams/bss" in p.stdout
     assert "final checkpoint" in p.stdout and (run_dir / "latest.pt").exists()
-    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "max_power",
-                "--battles", "12", "--concurrency", "12", "--server", showdown_url, *fmt)
+    out = tmp_path / "eval.json"
+    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "max_power,random",
+                "--battles", "12", "--concurrency", "12", "--server", showdown_url, "--json", str(out), *fmt)
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
-    assert "[eval] vs max_power: win rate" in e.stdout and "over 12 battles" in e.stdout
+    assert "[eval] latest.pt vs max_power (held out): win rate" in e.stdout and "over 12 battles" in e.stdout
+    data = json.loads(out.read_text())
+    assert [r["opponent"] for r in data["results"]] == ["max_power", "random"]
+    assert all(r["battles"] == 12 for r in data["results"])
+    assert data["ratings"]["random"] == 1000.0 and set(data["ratings"]) == {"latest.pt", "max_power", "random"}

@@ -36,4 +36,6 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "random",
                 "--battles", "12", "--server", showdown_url, "--concurrency", "12")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
-    assert "[eval] vs random: win rate" in e.stdout and "over 12 battles" in e.stdout
+    # test.yaml trains on self-play only: random is held out
+    assert "[eval] latest.pt vs random (held out): win rate" in e.stdout and "over 12 battles" in e.stdout
+    assert "ratings (Bradley-Terry, Elo scale, random = 1000): " in e.stdout

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Optional
 
 from ..collect.agent import Agent
@@ -73,3 +74,83 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
     r = match.results
     return EvalResult(opponent_label or opponent, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"],
                       r["tied"], seconds)
+
+
+def bradley_terry(games: dict, anchor: Optional[str] = None, iters: int = 2000) -> dict[str, float]:
+    """Ratings on the Elo scale (400 log10 of Bradley-Terry strengths) from ``games``:
+    ``{(a, b): (a's wins, ties counted half; battles)}``. Every pair gets one virtual drawn
+    battle (so a 300-0 record stays finite); ``anchor`` (default: the first player) is 1000."""
+    players = sorted({p for pair in games for p in pair})
+    wins = dict.fromkeys(players, 0.0)
+    n: dict = {}
+    for (a, b), (w, battles) in games.items():
+        wins[a] += w + 0.5
+        wins[b] += battles - w + 0.5
+        n[a, b] = n.get((a, b), 0) + battles + 1
+        n[b, a] = n[a, b]
+    strength = dict.fromkeys(players, 1.0)
+    for _ in range(iters):  # Hunter's MM iteration
+        new = {}
+        for i in players:
+            denom = sum(n[i, j] / (strength[i] + strength[j]) for j in players if (i, j) in n)
+            new[i] = wins[i] / denom if denom else strength[i]
+        mean = math.exp(sum(math.log(v) for v in new.values()) / len(new))
+        done = all(abs(new[p] / mean - strength[p]) < 1e-10 for p in players)
+        strength = {p: v / mean for p, v in new.items()}
+        if done:
+            break
+    base = strength[anchor if anchor in strength else players[0]]
+    return {p: 1000.0 + 400.0 * math.log10(strength[p] / base) for p in players}
+
+
+@dataclass
+class EvalTable:
+    """Every checkpoint against every opponent (and the other checkpoints), with ratings."""
+
+    results: list = field(default_factory=list)  # (player, EvalResult, label)
+
+    def games(self) -> dict:
+        return {(p, r.opponent): (r.wins + 0.5 * r.ties, r.battles) for p, r, _ in self.results}
+
+    def ratings(self) -> dict[str, float]:
+        anchor = next((r.opponent for _, r, _ in self.results if r.opponent == "random"), None)
+        return bradley_terry(self.games(), anchor)
+
+    def lines(self) -> list[str]:
+        out = []
+        for player, r, label in self.results:
+            lo, hi = r.ci95
+            out.append(f"[eval] {player} vs {r.opponent} ({label}): win rate {r.win_rate:.3f} "
+                       f"(95% CI {lo:.3f}-{hi:.3f}) over {r.battles} battles "
+                       f"({r.wins}W/{r.losses}L/{r.ties}T) in {r.seconds:.0f}s")
+        ratings = self.ratings()
+        anchor = "random = 1000" if "random" in ratings else f"{min(ratings, key=len)} = 1000"
+        out.append(f"[eval] ratings (Bradley-Terry, Elo scale, {anchor}): " + ", ".join(
+            f"{p} {v:.0f}" for p, v in sorted(ratings.items(), key=lambda kv: -kv[1])))
+        players = list(dict.fromkeys(p for p, _, _ in self.results))
+        if len(players) > 1:
+            cols = list(dict.fromkeys(r.opponent for _, r, _ in self.results))
+            rate = {(p, r.opponent): r.win_rate for p, r, _ in self.results}
+            width = max(len(c) for c in cols + players) + 2
+            out.append("[eval] win rate of row against column:")
+            out.append(" " * width + "".join(c.rjust(width) for c in cols))
+            for p in players:
+                out.append(p.ljust(width) + "".join(
+                    (f"{rate[p, c]:.3f}" if (p, c) in rate else "-").rjust(width) for c in cols))
+        return out
+
+    def to_json(self) -> dict:
+        return {"results": [{"player": p, "opponent": r.opponent, "label": label, "battles": r.battles,
+                             "wins": r.wins, "losses": r.losses, "ties": r.ties,
+                             "win_rate": r.win_rate, "ci95": list(r.ci95), "seconds": r.seconds}
+                            for p, r, label in self.results],
+                "ratings": self.ratings()}
+
+
+def training_label(opponent: str, train_cfg) -> str:
+    """Whether ``opponent`` was in the checkpoint's training mix ("in training") or not
+    ("held out"); another checkpoint is "checkpoint"."""
+    from ..config import parse_opponent_mix
+    if opponent not in BASELINES:
+        return "checkpoint"
+    return "in training" if opponent in parse_opponent_mix(train_cfg.opponents) else "held out"
