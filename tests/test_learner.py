@@ -204,3 +204,34 @@ def test_shard_workers_get_their_own_seeds():
     assert len(set(seeds + [7])) == 4
     cfg.runner.seed = None
     assert tp._worker_cfg(0)["runner"]["seed"] is None
+
+
+@pytest.mark.parametrize("algo", ["ppo", "reinforce"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_policy_gradient_sign(algo, sign):
+    """A step that earned more than its value estimate becomes more likely after an update,
+    one that earned less, less likely (with the log-probs and values recorded at collection)."""
+    torch.manual_seed(0)
+    net = nets.build("lstm", hidden_size=16)
+    policy = InferencePolicy(nets.build("lstm", hidden_size=16))
+    policy.network.load_state_dict(net.state_dict())
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((1, enc.OBS_DIM)).astype(np.float32)
+    mask = np.zeros((1, enc.N_ACTIONS), bool)
+    mask[0, 6:10] = True
+    trajs = []
+    for _ in range(8):  # one-step battles from the same state: action 7, reward +-1
+        a, lp, v, _ = policy.act(obs.copy(), mask, torch.zeros(1, policy.hidden_dim))
+        logit_lp = torch.log_softmax(nets.masked_logits(policy.network(torch.from_numpy(obs), torch.zeros(
+            1, policy.hidden_dim))[0][0], torch.from_numpy(mask)), -1)[0, 7].item()
+        trajs.append({"obs": obs.copy(), "masks": mask.copy(), "actions": np.array([7]),
+                      "logps": np.array([logit_lp], np.float32), "values": v.astype(np.float32),
+                      "rewards": np.array([sign], np.float32), "versions": np.zeros(1, np.int64)})
+    before = logit_lp
+    learner = Learner(net, PPOConfig(algo=algo, lr=1e-3, epochs=2, minibatch_sequences=4,
+                                     normalize_advantages=False, entropy_coef=0.0))
+    learner.update(trajs)
+    with torch.no_grad():
+        (logits, _), _ = net(torch.from_numpy(obs), torch.zeros(1, net.hidden_dim))
+        after = torch.log_softmax(nets.masked_logits(logits, torch.from_numpy(mask)), -1)[0, 7].item()
+    assert (after - before) * sign > 1e-4, (before, after)
