@@ -144,6 +144,9 @@ class TrainConfig:
                                      "(kinds: self, league, random, max_power, heuristics)")
     opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "
                                               "self-play's other side); unset: runner.teams")
+    hold_when_behind: bool = key(True, "an update on twice battles_per_update or more (the learner is "
+                                       "behind) holds every decision until it ends, so the CPU is the "
+                                       "learner's and updates stay small")
     league_size: int = key(5, "league snapshots kept", gt=0)
     league_every_updates: int = key(10, "a league snapshot every this many updates", gt=0)
     checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)

@@ -321,3 +321,15 @@ async def test_running_batcher_flushes_when_requests_pause():
     assert [len(batch) for _, batch in pol.batches] == [10]
     assert b.stats.reasons == {"quiet": 1}
     await b.close()
+
+
+async def test_a_paused_batcher_holds_decisions_until_resumed():
+    b, hs, pol = await _with_batcher(live=2, max_batch_size=64, max_wait_ms=1)
+    b.pause(True)
+    futs = [_req(b, hs, f"k{i}", i) for i in range(2)]  # all waiting: would flush at once
+    await asyncio.sleep(0.05)
+    assert not any(f.done() for f in futs) and pol.batches == []
+    b.pause(False)
+    res = await asyncio.wait_for(asyncio.gather(*futs), 2.0)
+    assert sorted(r.action for r in res) == [0, 1]
+    await b.close()

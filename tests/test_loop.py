@@ -21,6 +21,7 @@ class ScriptedTransport:
         self.left, self.per_wait, self.rng = total, per_wait, rng
         self.published, self.started, self.stopped = [], None, False
         self.ended = ""
+        self.pauses = []
 
     def _make(self, n):
         n = min(n, self.left)
@@ -38,6 +39,9 @@ class ScriptedTransport:
 
     def publish(self, msg):
         self.published.append(msg)
+
+    def pause(self, paused):
+        self.pauses.append(paused)
 
     async def stop(self):
         self.stopped = True
@@ -94,3 +98,19 @@ async def test_league_snapshots_follow_one_rule(tmp_path):
     assert tp.started["league"] is not None  # the first snapshot is there before any battle
     assert all(m["league"] is not None for m in tp.published)
     assert len(loop.league) == 2  # snapshots at updates 0, 2, 4, 6: the newest two kept
+
+
+async def test_collection_holds_still_while_the_learner_is_behind(tmp_path):
+    cfg = _cfg(tmp_path, **{"train.total_battles": 60})
+    # 20 arrive per wait, 8 asked per update: every batch is >= 16, the learner is behind
+    tp = ScriptedTransport(total=1000, per_wait=20, rng=np.random.default_rng(2))
+    await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
+    assert tp.pauses and tp.pauses == [True, False] * (len(tp.pauses) // 2)
+    cfg = _cfg(tmp_path, **{"train.total_battles": 60, "train.hold_when_behind": False})
+    tp = ScriptedTransport(total=1000, per_wait=20, rng=np.random.default_rng(2))
+    await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
+    assert tp.pauses == []
+    cfg = _cfg(tmp_path, **{"train.total_battles": 60})
+    tp = ScriptedTransport(total=1000, per_wait=5, rng=np.random.default_rng(2))  # keeping up
+    await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
+    assert tp.pauses == []

@@ -304,6 +304,12 @@ class Agent:
         self.hidden.end(key)
         self.batcher.notify()
 
+    def touch_live(self) -> None:
+        """Every live battle side counts as active now (after a pause that held them)."""
+        now = time.perf_counter()
+        for live in self.live.values():
+            live.last_active = now
+
     def stale_keys(self, older_than_s: float) -> list:
         now = time.perf_counter()
         return [k for k, v in self.live.items() if now - v.last_active > older_than_s]

@@ -70,6 +70,14 @@ class Collector:
         if self.league_agent is not None and msg.get("league") is not None:
             self.league_agent.batcher.set_weights(msg["league"])
 
+    def pause(self, paused: bool) -> None:
+        """Hold every decision (the learner is behind) or let them go again; the time held
+        does not count as a battle's silence."""
+        for a in self.agents:
+            a.batcher.pause(paused)
+            if not paused:
+                a.touch_live()
+
     def request_stop(self, reason: str) -> None:
         if not self._stop.is_set():
             self.stop_reason = reason

@@ -109,6 +109,7 @@ class InferenceBatcher:
         self._pending_weights = None
         self._task: Optional[asyncio.Task] = None
         self._closed = False
+        self._paused = False
 
     # -- producer side ------------------------------------------------------------------
     def decide(self, key: Hashable, generation: int, obs: np.ndarray, mask: np.ndarray) -> asyncio.Future:
@@ -145,6 +146,12 @@ class InferenceBatcher:
     def set_weights(self, state_dict, version: Optional[int] = None) -> None:
         """Install new weights before the next batch (never during a forward pass)."""
         self._pending_weights = (state_dict, version)
+        self.notify()
+
+    def pause(self, paused: bool) -> None:
+        """While paused no batch is flushed: decisions wait, so the battles (and the
+        simulator) stand still and the CPU is the learner's."""
+        self._paused = paused
         self.notify()
 
     @property
@@ -216,6 +223,10 @@ class InferenceBatcher:
         self._wakeup = asyncio.Event()
         while True:
             self._apply_weights()
+            if self._paused:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
             reason = self._flush_reason(time.perf_counter())
             if reason is None:
                 self._wakeup.clear()

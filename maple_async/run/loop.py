@@ -124,7 +124,17 @@ class LearningLoop:
                 if len(self.backlog) < cfg.train.battles_per_update:
                     continue
                 batch, self.backlog = self.backlog, []
-                summary = await self._update(batch, last, t_start, seconds_before)
+                # A batch twice the size asked for: the learner is behind. Collection holds
+                # still during this update, leaving the CPU to the learner (without it, on a
+                # few cores, updates grow without bound: docs/benchmarks.md).
+                hold = cfg.train.hold_when_behind and len(batch) >= 2 * cfg.train.battles_per_update
+                if hold:
+                    transport.pause(True)
+                try:
+                    summary = await self._update(batch, last, t_start, seconds_before)
+                finally:
+                    if hold:
+                        transport.pause(False)
                 self._league_rule()
                 transport.publish(self.weights_msg())
                 if self.learner.updates % cfg.train.checkpoint_every_updates == 0:

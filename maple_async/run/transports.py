@@ -89,6 +89,9 @@ class LocalTransport:
     def publish(self, msg: dict) -> None:
         self.collector.apply(msg)
 
+    def pause(self, paused: bool) -> None:
+        self.collector.pause(paused)
+
     async def stop(self) -> list:
         self.collector.request_stop("the learner asked to stop")
         if self._task is not None:
@@ -157,7 +160,10 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             if msg is None:
                 col.request_stop("learner asked to stop")
                 return
-            col.apply(msg)
+            if "pause" in msg:
+                col.pause(msg["pause"])
+            else:
+                col.apply(msg)
 
     async with server_for(cfg.server, quiet=True) as server:
         def stats() -> dict:
@@ -358,6 +364,12 @@ class ProcessTransport:
         for sh in self.shards:
             if self._alive(sh):
                 self._send(sh, msg)
+
+    def pause(self, paused: bool) -> None:
+        """Hold (or release) every shard's decisions; a replaced worker starts released."""
+        for sh in self.shards:
+            if self._alive(sh):
+                self._send(sh, {"pause": paused})
 
     def _handle(self, msg) -> None:
         kind, i, payload = msg
