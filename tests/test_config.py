@@ -108,3 +108,12 @@ def test_no_module_but_the_entry_point_imports_the_cli():
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""] + [a.name for a in node.names]
                 assert not any(n == "cli" or n.endswith(".cli") for n in names), path
+
+
+def test_shipped_presets_hold_the_heuristic_bot_out_of_training():
+    """The headline evaluation opponent (SimpleHeuristicsPlayer) is never in a preset's mix."""
+    import glob
+    presets = sorted(glob.glob("config/*.yaml"))
+    assert len(presets) >= 6
+    for path in presets:
+        assert "heuristics" not in C.parse_opponent_mix(C.load(path).train.opponents), path

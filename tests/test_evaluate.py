@@ -37,6 +37,13 @@ def test_table_lines_labels_and_json():
     assert data["results"][1]["label"] == "held out" and data["results"][1]["ci95"][0] == pytest.approx(0.444, abs=1e-3)
 
 
+def test_without_random_the_first_opponent_is_the_anchor():
+    t = EvalTable()
+    t.results = [("A.pt", EvalResult("heuristics", 300, 68, 232, 0, 18.0), "held out")]
+    assert t.ratings()["heuristics"] == 1000.0 and t.ratings()["A.pt"] < 1000.0
+    assert "(Bradley-Terry, Elo scale, heuristics = 1000): heuristics 1000, A.pt " in t.lines()[-1]
+
+
 def test_training_label_reads_the_checkpoints_mix():
     cfg = TrainConfig(opponents="self:0.5,max_power:0.5")
     assert training_label("max_power", cfg) == "in training"

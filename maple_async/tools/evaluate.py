@@ -112,9 +112,13 @@ class EvalTable:
     def games(self) -> dict:
         return {(p, r.opponent): (r.wins + 0.5 * r.ties, r.battles) for p, r, _ in self.results}
 
+    def anchor(self) -> str:
+        """The player rated 1000: random when it played, else the first opponent."""
+        opponents = [r.opponent for _, r, _ in self.results]
+        return "random" if "random" in opponents else opponents[0]
+
     def ratings(self) -> dict[str, float]:
-        anchor = next((r.opponent for _, r, _ in self.results if r.opponent == "random"), None)
-        return bradley_terry(self.games(), anchor)
+        return bradley_terry(self.games(), self.anchor())
 
     def lines(self) -> list[str]:
         out = []
@@ -124,8 +128,7 @@ class EvalTable:
                        f"(95% CI {lo:.3f}-{hi:.3f}) over {r.battles} battles "
                        f"({r.wins}W/{r.losses}L/{r.ties}T) in {r.seconds:.0f}s")
         ratings = self.ratings()
-        anchor = "random = 1000" if "random" in ratings else f"{min(ratings, key=len)} = 1000"
-        out.append(f"[eval] ratings (Bradley-Terry, Elo scale, {anchor}): " + ", ".join(
+        out.append(f"[eval] ratings (Bradley-Terry, Elo scale, {self.anchor()} = 1000): " + ", ".join(
             f"{p} {v:.0f}" for p, v in sorted(ratings.items(), key=lambda kv: -kv[1])))
         players = list(dict.fromkeys(p for p, _, _ in self.results))
         if len(players) > 1:
