@@ -70,10 +70,11 @@ def print_config(cfg: config_mod.Config) -> None:
     sys.stdout.flush()
 
 
-def check_teams(cfg: config_mod.Config) -> None:
-    """The format's rules and every team, validated by Showdown before anything starts."""
+def check_teams(cfg: config_mod.Config, quiet: bool = False) -> None:
+    """The format's rules and every team, validated by Showdown before anything starts
+    (``quiet``: stdout is JSON, say nothing)."""
     from .teams import for_config
-    for_config(cfg, quiet=False)
+    for_config(cfg, quiet=quiet)
 
 
 # -- server -----------------------------------------------------------------------------
@@ -270,7 +271,7 @@ def cmd_eval(args) -> int:
         if opponent not in BASELINES and not os.path.isfile(opponent):
             raise UserError(f"--opponents must list {', '.join(BASELINES)} or checkpoint files; "
                             f"got {opponent!r}")
-    check_teams(cfg)
+    check_teams(cfg, quiet=args.json == "-")
     return run_async(_eval(cfg, args))
 
 
@@ -349,7 +350,7 @@ def cmd_bench(args) -> int:
         raise UserError("--shards must be >= 1, and --shards N > 1 takes no --sweep, --repeats or --throttle-server")
     if not 0 <= args.throttle_server < 1 or (args.throttle_server and cfg.server.url):
         raise UserError("--throttle-server must be in [0, 1) and needs a managed server (no --server)")
-    check_teams(cfg)
+    check_teams(cfg, quiet=args.json == "-")
     return run_async(_bench(cfg, args))
 
 
