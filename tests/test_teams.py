@@ -21,6 +21,7 @@ from maple_async.learn import checkpoint as ckpt
 from maple_async.learn import networks as nets
 from maple_async.learn.learner import Learner, Rollout, make_chunks
 from maple_async.obs import encoding as enc
+from maple_async.obs import rewards
 
 DATA = Path(__file__).parent / "data" / "bss_requests.json"
 
@@ -139,6 +140,7 @@ def test_a_switch_to_a_pokemon_left_home_is_never_legal():
     assert list(opp[:, enc.P_IN_BATTLE]) == [1, 0, 0, 0, 0, 0] and (opp[:, enc.P_PRESENT] == 1).all()
     # Three a side: unseen opponents counted at full HP, the Pokémon left home not at all.
     assert state == [3.0, 0, 3.0, 0]
+    assert list(rewards.side_state(b)) == state  # the stand-alone version agrees
     flags = obs[enc.FIELD + enc.F_FLAGS:]
     assert flags[5] == pytest.approx(0.5) and flags[6] == pytest.approx(0.5)
 

@@ -336,7 +336,7 @@ def _encode_mon(w, base: int, mon, r: tuple, is_active: bool, away: bool = False
     return fainted, hp
 
 
-def _opponents(battle: Battle) -> tuple[list, int]:
+def opponent_slots(battle: Battle) -> tuple[list, int]:
     """The opponent's Pokémon for its slots, and how many of them were seen in battle: the
     seen ones in reveal order, then the previewed species not seen yet."""
     seen = list(battle._opponent_team.values())
@@ -352,7 +352,7 @@ def _opponents(battle: Battle) -> tuple[list, int]:
 _NONE: frozenset = frozenset()
 
 
-def _benched(battle: Battle) -> frozenset:
+def left_home(battle: Battle) -> frozenset:
     """ids of the own Pokémon left home at the team preview of a pick format (BSS): those
     the requests after it no longer list. Empty in formats without a team preview."""
     d = battle.__dict__
@@ -391,8 +391,8 @@ class _Teams:
         self.fainted, self.hp = ([], []), ([], [])
         self.where: dict = {}
         self.active = (set(), set())
-        self.benched = _benched(battle)
-        opp, self.n_seen = _opponents(battle)
+        self.benched = left_home(battle)
+        opp, self.n_seen = opponent_slots(battle)
         self._add(0, list(battle.team.values()))
         self._add(1, opp)
 
@@ -421,10 +421,10 @@ class _Teams:
         rewrite, or None when the cache no longer fits the battle (a side is not the
         cached one plus Pokémon added at its end, the brought Pokémon changed, or a
         changed Pokémon is in neither)."""
-        if _benched(battle) is not self.benched:
+        if left_home(battle) is not self.benched:
             return None
         todo = []
-        opp, n_seen = _opponents(battle) if battle._teampreview_opponent_team else (None, 0)
+        opp, n_seen = opponent_slots(battle) if battle._teampreview_opponent_team else (None, 0)
         if opp is not None and (n_seen != self.n_seen or len(opp) != len(self.mons[1])):
             return None  # a previewed Pokémon was seen: slots move
         for s, team in enumerate((battle.team, battle._opponent_team)):
@@ -474,8 +474,8 @@ def _read_teams(battle: Battle, w) -> tuple:
     opp HP, opp fainted] over the Pokémon in battle, own Pokémon in battle, opponent
     Pokémon seen)."""
     mons = list(battle.team.values())
-    opp_mons, n_seen = _opponents(battle)
-    benched = _benched(battle)
+    opp_mons, n_seen = opponent_slots(battle)
+    benched = left_home(battle)
     sums = [0.0, 0, 0.0, 0]
     ai = -1
     for s, (offset, side_mons) in enumerate(((OWN_TEAM, mons), (OPP_TEAM, opp_mons))):
@@ -517,15 +517,10 @@ def _cached_teams(battle: Battle, changes: set) -> tuple:
     return teams, (mons[0], ai, teams.sums(), len(mons[0]) - len(teams.benched), teams.n_seen)
 
 
-def _team_sizes(battle: Battle, n_team: int) -> tuple[int, int]:
-    """How many Pokémon each side brings (|teamsize|; BSS: 3), six until told."""
-    sizes = battle._team_size
-    if not sizes:
-        return max(n_team, 6), 6
+def opponent_team_size(battle: Battle) -> int:
+    """How many Pokémon the opponent brings (its |teamsize|; BSS: 3), six until told."""
     role = battle.player_role
-    own = sizes.get(role, 6)
-    opp = next((v for k, v in sizes.items() if k != role), 6)
-    return own, opp
+    return next((v for k, v in battle._team_size.items() if k != role), 6)
 
 
 def encode(battle: Battle, out: np.ndarray | None = None,
@@ -567,7 +562,7 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     active = mons[ai] if ai >= 0 else None
     own_hp_sum, own_fainted, opp_hp_sum, opp_fainted = sums
     own_alive = min(n_team, 6) - own_fainted  # (only the first six are counted)
-    own_size, opp_size = _team_sizes(battle, n_team)
+    opp_size = opponent_team_size(battle)
     if side_state is not None:
         side_state[:] = (own_hp_sum, own_fainted,
                          opp_hp_sum + max(opp_size - n_opp, 0), opp_fainted)

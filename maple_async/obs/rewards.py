@@ -10,29 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import RewardConfig
+from . import encoding as enc
 
 COMPONENTS = ("win", "hp", "faint", "turn")
 
 
 def side_state(battle) -> tuple[float, int, float, int]:
     """(own HP fraction sum, own fainted, opponent HP fraction sum with unrevealed
-    Pokémon at full HP, opponent fainted) over the Pokémon the observation holds (six a
-    side). :func:`maple_async.obs.encoding.encode` computes the same while encoding; this is
-    the stand-alone version."""
-    own_hp = own_fainted = 0.0
-    for mon in list(battle.team.values())[:6]:
-        own_hp += mon.current_hp_fraction
-        own_fainted += mon.fainted
-    opp_hp = 0.0
-    opp_fainted = 0
-    for mon in list(battle.opponent_team.values())[:6]:
-        opp_hp += mon.current_hp_fraction
-        opp_fainted += mon.fainted
-    seen = len(battle.opponent_team)
-    # Unrevealed opponents are at full HP.
-    team_size = max(len(battle.team), 6)
-    opp_hp += max(team_size - seen, 0)
-    return own_hp, int(own_fainted), opp_hp, opp_fainted
+    Pokémon at full HP, opponent fainted) over the Pokémon in battle that the observation
+    holds (six a side; not those left home or only previewed).
+    :func:`maple_async.obs.encoding.encode` computes the same while encoding, from the same
+    helpers; this is the stand-alone version."""
+    benched = enc.left_home(battle)
+    own = [m for m in list(battle.team.values())[:6] if id(m) not in benched]
+    opp, n_seen = enc.opponent_slots(battle)
+    seen = opp[:min(n_seen, 6)]
+    own_hp = sum(m.current_hp_fraction for m in own)
+    opp_hp = sum(m.current_hp_fraction for m in seen)
+    # Opponents not seen yet are at full HP.
+    opp_hp += max(enc.opponent_team_size(battle) - n_seen, 0)
+    return own_hp, sum(m.fainted for m in own), opp_hp, sum(m.fainted for m in seen)
 
 
 @dataclass
