@@ -43,6 +43,22 @@ class Trajectory:
     def __len__(self) -> int:
         return len(self.actions)
 
+    def append(self, obs, mask, action: int, decision) -> None:
+        """Record one step (its reward starts at 0; the next decision adds to it)."""
+        self.obs.append(obs)
+        self.masks.append(mask)
+        self.actions.append(action)
+        self.logps.append(decision.logp)
+        self.values.append(decision.value)
+        self.rewards.append(0.0)
+        self.versions.append(decision.version)
+
+    def pop(self) -> None:
+        """Undo the last step."""
+        for lst in (self.obs, self.masks, self.actions, self.logps, self.values, self.rewards,
+                    self.versions):
+            lst.pop()
+
     def arrays(self) -> dict[str, np.ndarray]:
         return {
             "obs": np.stack(self.obs).astype(np.float32),
@@ -151,12 +167,7 @@ class Agent:
         obs = enc.encode(battle, side_state=state, mask=mask, moves=moves)
         c1 = time.thread_time() if timed else 0.0
         key = self.key(battle)
-        live = self.live.get(key)
-        if live is None:
-            gen = self.hidden.start(key)
-            live = _Live(gen, RewardTracker(self.reward_cfg, self.gamma),
-                         Trajectory(key, opponent=opponent) if self.record else None, opponent)
-            self.live[key] = live
+        live = self.live.get(key) or self._begin(key, opponent)
         live.last_active = t_start
 
         # Being asked again for the same decision point means Showdown rejected our order:
@@ -172,9 +183,7 @@ class Agent:
             if live.hidden_before is not None:
                 self.hidden.put(key, live.generation, live.hidden_before)
             if live.recorded:  # a rejected fallback order was never recorded: nothing to undo
-                for lst in (live.traj.obs, live.traj.masks, live.traj.actions, live.traj.logps,
-                            live.traj.values, live.traj.rewards, live.traj.versions):
-                    lst.pop()
+                live.traj.pop()
         else:
             live.tried = set()
             live.last_rqid = rqid
@@ -207,14 +216,7 @@ class Agent:
             live.tried.add(decision.action)
             order = enc.action_to_order(battle, decision.action, moves)
             if live.traj is not None:
-                tr = live.traj
-                tr.obs.append(obs)
-                tr.masks.append(mask)
-                tr.actions.append(decision.action)
-                tr.logps.append(decision.logp)
-                tr.values.append(decision.value)
-                tr.rewards.append(0.0)
-                tr.versions.append(decision.version)
+                live.traj.append(obs, mask, decision.action, decision)
                 live.recorded = True
         stats.decisions += 1
         if timed:
@@ -225,6 +227,14 @@ class Agent:
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return order
+
+    def _begin(self, key: Hashable, opponent: str) -> _Live:
+        """A battle side's first decision: its hidden state, reward tracker and (when
+        recording) trajectory start here."""
+        live = self.live[key] = _Live(self.hidden.start(key), RewardTracker(self.reward_cfg, self.gamma),
+                                      Trajectory(key, opponent=opponent) if self.record else None,
+                                      opponent)
+        return live
 
     async def preview(self, battle, opponent: str) -> str:
         """The team preview as decisions: one pick at a time through the batcher (BSS: 3,
@@ -237,9 +247,7 @@ class Agent:
         if key in self.live:  # asked again: Showdown refused the order, start the battle over
             self.live.pop(key)
             self.hidden.end(key)
-        live = _Live(self.hidden.start(key), RewardTracker(self.reward_cfg, self.gamma),
-                     Trajectory(key, opponent=opponent) if self.record else None, opponent)
-        self.live[key] = live
+        live = self._begin(key, opponent)
         live.last_active = time.perf_counter()
         live.last_rqid = (battle.last_request or {}).get("rqid")
         n = enc.preview_picks(battle)
@@ -260,14 +268,7 @@ class Agent:
                 self.stats.fallbacks += 1
                 action = int(random.choice(legal))
             elif live.traj is not None:
-                tr = live.traj
-                tr.obs.append(obs)
-                tr.masks.append(mask)
-                tr.actions.append(action)
-                tr.logps.append(decision.logp)
-                tr.values.append(decision.value)
-                tr.rewards.append(0.0)
-                tr.versions.append(decision.version)
+                live.traj.append(obs, mask, action, decision)
             picks.append(action - enc.PREVIEW)
             self.stats.decisions += 1
         self.stats.previews += 1
