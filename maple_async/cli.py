@@ -162,23 +162,26 @@ def cmd_play(args) -> int:
 
 # -- train / eval -----------------------------------------------------------------------
 
-async def _eval_line(cfg, policy, url: str, opponent: str, n_battles: int, device, concurrency: int) -> str:
+async def _evaluate(cfg, policy, url: str, opponent: str, n_battles: int, device, concurrency: int,
+                    label: Optional[str] = None):
+    """:func:`~maple_async.tools.evaluate.evaluate` with the config's batcher, format, teams
+    and battle options."""
     from .pokeenv.players import fast_kwargs
     from .teams import for_config
     from .tools.evaluate import evaluate
-    res = await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
-                         battle_format=cfg.runner.battle_format, device=device,
-                         battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
-                         teams=for_config(cfg))
-    return res.line()
+    return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
+                          battle_format=cfg.runner.battle_format, device=device, opponent_label=label,
+                          battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
+                          teams=for_config(cfg))
 
 
 async def _final_eval(cfg, loop, url: str, device) -> None:
     from .inference.policy import InferencePolicy
     policy = InferencePolicy(loop.learner.network, device, greedy=False)
     for opp in ("random", "max_power"):
-        print(await _eval_line(cfg, policy, url, opp, cfg.train.eval_battles, device,
-                               min(cfg.runner.concurrency, 32)), flush=True)
+        res = await _evaluate(cfg, policy, url, opp, cfg.train.eval_battles, device,
+                              min(cfg.runner.concurrency, 32))
+        print(res.line(), flush=True)
 
 
 async def _train(cfg, resume: Optional[str]) -> int:
@@ -219,10 +222,9 @@ def _eval_opponents(args) -> list[str]:
 async def _eval(cfg, args) -> int:
     import json
 
-    from .pokeenv.players import BASELINES, fast_kwargs
+    from .pokeenv.players import BASELINES
     from .server import server_for
-    from .teams import for_config
-    from .tools.evaluate import EvalTable, evaluate, policy_from_checkpoint, training_label
+    from .tools.evaluate import EvalTable, policy_from_checkpoint, training_label
 
     device = setup_process(cfg)
     opponents = _eval_opponents(args)
@@ -240,14 +242,11 @@ async def _eval(cfg, args) -> int:
         for i, c in enumerate(checkpoints):
             policy, ckpt_cfg = loaded[c]
             for o in baselines + checkpoints[i + 1:]:
-                res = await evaluate(policy, server.url, o, args.battles, batcher_cfg=cfg.batcher,
-                                     concurrency=cfg.runner.concurrency, battle_format=cfg.runner.battle_format,
-                                     device=device, opponent_label=short.get(o, o),
-                                     battle_options=fast_kwargs(cfg.runner),
-                                     battle_timeout_s=cfg.runner.battle_timeout_s, teams=for_config(cfg))
+                res = await _evaluate(cfg, policy, server.url, o, args.battles, device,
+                                      cfg.runner.concurrency, label=short.get(o, o))
                 table.results.append((short[c], res, training_label(o, ckpt_cfg.train)))
                 if not quiet:
-                    print(table.lines()[len(table.results) - 1], flush=True)
+                    print(table.row(-1), flush=True)
     if args.json:
         text = json.dumps(table.to_json(), indent=2)
         if args.json == "-":
@@ -255,8 +254,7 @@ async def _eval(cfg, args) -> int:
         else:
             Path(args.json).write_text(text + "\n")
     if not quiet:
-        for line in table.lines()[len(table.results):]:
-            print(line)
+        print("\n".join(table.summary()))
     return 0
 
 

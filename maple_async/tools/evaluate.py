@@ -34,11 +34,13 @@ class EvalResult:
     def ci95(self) -> tuple[float, float]:
         return wilson_interval(self.wins + 0.5 * self.ties, self.battles)
 
-    def line(self) -> str:
+    def summary(self) -> str:
         lo, hi = self.ci95
-        return (f"[eval] vs {self.opponent}: win rate {self.win_rate:.3f} (95% CI {lo:.3f}-{hi:.3f}) "
-                f"over {self.battles} battles ({self.wins}W/{self.losses}L/{self.ties}T) "
-                f"in {self.seconds:.0f}s")
+        return (f"win rate {self.win_rate:.3f} (95% CI {lo:.3f}-{hi:.3f}) over {self.battles} battles "
+                f"({self.wins}W/{self.losses}L/{self.ties}T) in {self.seconds:.0f}s")
+
+    def line(self) -> str:
+        return f"[eval] vs {self.opponent}: {self.summary()}"
 
 
 def policy_from_checkpoint(path: str, device, greedy: bool = False) -> tuple[InferencePolicy, Config]:
@@ -120,13 +122,17 @@ class EvalTable:
     def ratings(self) -> dict[str, float]:
         return bradley_terry(self.games(), self.anchor())
 
+    def row(self, i: int) -> str:
+        """One result's line: who played whom, labelled held out / in training."""
+        player, r, label = self.results[i]
+        return f"[eval] {player} vs {r.opponent} ({label}): {r.summary()}"
+
     def lines(self) -> list[str]:
+        return [self.row(i) for i in range(len(self.results))] + self.summary()
+
+    def summary(self) -> list[str]:
+        """The ratings line, and with several checkpoints the matrix."""
         out = []
-        for player, r, label in self.results:
-            lo, hi = r.ci95
-            out.append(f"[eval] {player} vs {r.opponent} ({label}): win rate {r.win_rate:.3f} "
-                       f"(95% CI {lo:.3f}-{hi:.3f}) over {r.battles} battles "
-                       f"({r.wins}W/{r.losses}L/{r.ties}T) in {r.seconds:.0f}s")
         ratings = self.ratings()
         out.append(f"[eval] ratings (Bradley-Terry, Elo scale, {self.anchor()} = 1000): " + ", ".join(
             f"{p} {v:.0f}" for p, v in sorted(ratings.items(), key=lambda kv: -kv[1])))
