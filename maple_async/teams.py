@@ -41,9 +41,8 @@ process.stdin.on('end', () => {
   const out = {format: null, teams: []};
   if (f.exists && f.effectType === 'Format') {
     const rt = ps.Dex.formats.getRuleTable(f);
-    out.format = {id: f.id, name: f.name, game_type: f.gameType, random: !!f.team,
-                  picked: rt.pickedTeamSize || null, min_size: rt.minTeamSize,
-                  max_size: rt.maxTeamSize, team_preview: rt.has('teampreview')};
+    out.format = {id: f.id, game_type: f.gameType, random: !!f.team,
+                  picked: rt.pickedTeamSize || null, team_preview: rt.has('teampreview')};
     if (!f.team && req.teams.length) {
       const v = ps.TeamValidator.get(f.id);
       for (const text of req.teams) {
@@ -70,11 +69,7 @@ process.stdin.on('end', () => {
 
 
 class TeamError(UserError):
-    """A format or team problem found before any battle (``problems``: every invalid team)."""
-
-    def __init__(self, message: str, problems: Optional[list] = None):
-        super().__init__(message)
-        self.problems = problems or [message]
+    """A format or team problem found before any battle."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +77,9 @@ class FormatInfo:
     """A format's rules as the pinned Showdown reads them."""
 
     id: str
-    name: str
     game_type: str
     random: bool  # the server builds the teams
     picked: Optional[int]  # Pokémon brought from the team preview (None: the whole team)
-    min_size: int = 1
-    max_size: int = 6
     team_preview: bool = False
 
 
@@ -100,7 +92,7 @@ class Team:
 
 @dataclass
 class TeamPool:
-    """A list of teams and how each battle draws from it (picklable: it travels to shards)."""
+    """A list of teams and how each battle draws from it."""
 
     teams: list[Team]
     sampling: str = "uniform"
@@ -121,22 +113,14 @@ class PoolTeambuilder(Teambuilder):
         self._cycle = itertools.cycle(range(len(pool.teams)))
         for _ in range(offset % max(len(pool.teams), 1)):
             next(self._cycle)
-        self.drawn: list[Team] = []  # bounded record, for tests and reports
-
-    def next(self) -> Team:
-        teams = self.pool.teams
-        if self.pool.sampling == "fixed":
-            team = teams[0]
-        elif self.pool.sampling == "cycle":
-            team = teams[next(self._cycle)]
-        else:
-            team = self._rng.choice(teams)
-        if len(self.drawn) < 10_000:
-            self.drawn.append(team)
-        return team
 
     def yield_team(self) -> str:
-        return self.next().packed
+        teams = self.pool.teams
+        if self.pool.sampling == "fixed":
+            return teams[0].packed
+        if self.pool.sampling == "cycle":
+            return teams[next(self._cycle)].packed
+        return self._rng.choice(teams).packed
 
 
 @dataclass
@@ -147,10 +131,6 @@ class Teams:
     mine: Optional[TeamPool] = None
     theirs: Optional[TeamPool] = None
     sources: dict = field(default_factory=dict)  # "mine"/"theirs" -> path, for messages
-
-    @property
-    def team_format(self) -> bool:
-        return not self.format.random
 
     def builders(self, offset: int = 0) -> tuple[Optional[Teambuilder], Optional[Teambuilder]]:
         """A teambuilder for each side of a match (None in a random format)."""
@@ -250,7 +230,7 @@ def _pool(battle_format: str, path: str, sampling: str, seed: Optional[int],
             teams.append(Team(source, name, r["packed"]))
     if bad:
         more = f" (and {len(bad) - 1} more invalid teams)" if len(bad) > 1 else ""
-        raise TeamError(bad[0] + more, bad)
+        raise TeamError(bad[0] + more)
     return info, TeamPool(teams, sampling, seed)
 
 
