@@ -176,12 +176,23 @@ async def _evaluate(cfg, policy, url: str, opponent: str, n_battles: int, device
 
 
 async def _final_eval(cfg, loop, url: str, device) -> None:
+    """The end-of-training table: printed, saved as ``eval.json`` in the run folder (the
+    report draws it) and logged to TensorBoard as ``eval/<opponent>``."""
+    import json
+
     from .inference.policy import InferencePolicy
+    from .tools.evaluate import EvalTable, training_label
     policy = InferencePolicy(loop.learner.network, device, greedy=False)
-    for opp in ("random", "max_power"):
+    table = EvalTable()
+    for opp in [o.strip() for o in cfg.train.eval_opponents.split(",") if o.strip()]:
         res = await _evaluate(cfg, policy, url, opp, cfg.train.eval_battles, device,
                               min(cfg.runner.concurrency, 32))
-        print(res.line(), flush=True)
+        table.results.append(("agent", res, training_label(opp, cfg.train)))
+        print(table.row(-1), flush=True)
+        loop.metrics.scalars(loop.learner.updates, {f"eval/{opp}": res.win_rate})
+    print("\n".join(table.summary()), flush=True)
+    data = {"update": loop.learner.updates, "battles": loop.counters["battles"], **table.to_json()}
+    (loop.run_dir / "eval.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
 async def _train(cfg, resume: Optional[str]) -> int:

@@ -151,9 +151,14 @@ class TrainConfig:
     league_every_updates: int = key(10, "a league snapshot every this many updates", gt=0)
     checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
     run_dir: str = key("runs/default", "run folder: config, metrics.csv, tb/, checkpoints")
-    eval_battles: int = key(0, "at the end of training, battles per baseline (random, max_power); 0: skip",
+    eval_battles: int = key(0, "at the end of training, battles per eval_opponents baseline; 0: skip",
                             ge=0)
-    tensorboard: bool = key(True, "write TensorBoard scalars to <run_dir>/tb when tensorboard is installed")
+    eval_opponents: str = key("random,max_power,heuristics",
+                              "the end-of-training evaluation's opponents (baselines), comma list")
+    tensorboard: bool = key(True, "write TensorBoard scalars to <run_dir>/tb")
+    replay_every: int = key(0, "keep one learner battle in this many as a replay (HTML + protocol log) "
+                               "in <run_dir>/replays; 0: none", ge=0)
+    replay_keep: int = key(200, "replays kept per process; the oldest are deleted first", gt=0)
     shards: int = key(1, "collector processes, each with its own Showdown server and event loop", gt=0)
     worker_device: str = key("cpu", "where shard workers run inference (cpu keeps CUDA out of them)",
                              choices=("cpu", "cuda"))
@@ -269,6 +274,10 @@ def validate(cfg: Config) -> Config:
         )
     check_battle_format(cfg.runner.battle_format)
     parse_opponent_mix(cfg.train.opponents)
+    bad = [o for o in cfg.train.eval_opponents.split(",") if o.strip() not in ("random", "max_power", "heuristics")]
+    if bad:
+        raise ConfigError(f"config key 'train.eval_opponents' lists random, max_power or heuristics, "
+                          f"got {bad[0].strip()!r}")
     return cfg
 
 

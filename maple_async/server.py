@@ -107,16 +107,16 @@ def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
             npm = _which("npm")
             prefix = pkg.parent.parent
             prefix.mkdir(parents=True, exist_ok=True)
-            if not quiet:
-                print(f"[maple-async] installing pokemon-showdown@{SHOWDOWN_VERSION} "
-                      f"into {prefix} (about 2 minutes, once)", flush=True)
             if not (prefix / "package.json").exists():
                 (prefix / "package.json").write_text('{"name": "maple-showdown", "private": true}\n')
-            proc = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error",
-                 f"pokemon-showdown@{SHOWDOWN_VERSION}"],
-                cwd=prefix, capture_output=True, text=True,
-            )
+            # Optional dependencies (sqlite3 and better-sqlite3 compile native code for about
+            # a minute) serve chat databases and replays upload, which a battle server never uses.
+            with _step(f"installing pokemon-showdown@{SHOWDOWN_VERSION} into {prefix} (npm, once)", quiet):
+                proc = subprocess.run(
+                    [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--omit=optional",
+                     f"pokemon-showdown@{SHOWDOWN_VERSION}"],
+                    cwd=prefix, capture_output=True, text=True,
+                )
             if proc.returncode != 0:
                 raise ServerError(
                     f"npm install pokemon-showdown@{SHOWDOWN_VERSION} failed "
@@ -129,12 +129,24 @@ def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
             # `pokemon-showdown start` rebuilds dist/ on every start unless told not to; several
             # servers starting at once would rewrite the files the others are loading. Build once
             # here, under the lock, and start every server with --skip-build.
-            proc = subprocess.run([_which("node"), "build"], cwd=pkg, capture_output=True, text=True)
+            with _step("building pokemon-showdown (once)", quiet):
+                proc = subprocess.run([_which("node"), "build"], cwd=pkg, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise ServerError(f"building pokemon-showdown failed (exit {proc.returncode}):\n"
                                   f"{(proc.stdout + proc.stderr)[-2000:]}")
             built.write_text(SHOWDOWN_VERSION + "\n")
     return pkg
+
+
+@contextlib.contextmanager
+def _step(what: str, quiet: bool):
+    """A long set-up step: say what starts, then how long it took."""
+    t0 = time.perf_counter()
+    if not quiet:
+        print(f"[maple-async] {what} ...", flush=True)
+    yield
+    if not quiet:
+        print(f"[maple-async]   done in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
 def _prepare(pkg: Path) -> None:

@@ -24,5 +24,5 @@ fi
 echo "[setup] installing maple-async [$EXTRAS]"
 $PIP install -q -e ".[$EXTRAS]"
 echo "[setup] installing Pokémon Showdown (npm, once)"
-"$VENV/bin/maple-async" server install >/dev/null
+"$VENV/bin/maple-async" server install
 echo "[setup] done: $VENV/bin/maple-async"

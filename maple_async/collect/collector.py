@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 from ..config import Config, parse_opponent_mix
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
 from ..pokeenv.players import fast_kwargs
+from ..pokeenv.replays import ReplayWriter
 from ..teams import for_config
 from .agent import Agent, Trajectory
 from .match import Match
@@ -40,9 +42,14 @@ class Lane:
 
 
 class Collector:
-    def __init__(self, cfg: Config, device, on_trajectory: Callable[[Trajectory], None], quiet: bool = False):
+    def __init__(self, cfg: Config, device, on_trajectory: Callable[[Trajectory], None], quiet: bool = False,
+                 replay_subdir: str = ""):
         self.cfg = cfg
         self.quiet = quiet
+        # One learner battle in train.replay_every kept (each shard its own folder and bound).
+        self.replays = (ReplayWriter(Path(cfg.train.run_dir) / "replays" / replay_subdir,
+                                     cfg.train.replay_every, cfg.train.replay_keep)
+                        if cfg.train.replay_every else None)
         self.mix = parse_opponent_mix(cfg.train.opponents)
         self.teams = for_config(cfg)  # validated once per process (the main one checks first)
         self.agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
@@ -98,7 +105,7 @@ class Collector:
             match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{i}",
                           battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
                           battle_timeout_s=cfg.runner.battle_timeout_s, labels=labels,
-                          teams=self.teams)
+                          teams=self.teams, replays=self.replays)
             lanes.append(Lane(name, match, n))
         return lanes
 

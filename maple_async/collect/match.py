@@ -35,12 +35,15 @@ class Match:
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config.
     ``teams``: in a team format, the pools ``me`` and ``opponent`` draw a team from per
     battle (:func:`maple_async.teams.for_config`).
+    ``replays``: a :class:`~maple_async.pokeenv.replays.ReplayWriter` for ``me``'s battles
+    (``me`` must be an agent).
     """
 
     def __init__(self, url: str, me: Side, opponent: Side, *, concurrency: int,
                  battle_format: str = "gen9randombattle", battle_options: Optional[dict] = None,
                  battle_timeout_s: float = 300.0, account: str = "mpl",
-                 labels: Optional[tuple[str, str]] = None, teams: Optional[Teams] = None):
+                 labels: Optional[tuple[str, str]] = None, teams: Optional[Teams] = None,
+                 replays=None):
         self.concurrency = concurrency
         self.battle_timeout_s = battle_timeout_s
         if labels is None:
@@ -58,6 +61,8 @@ class Match:
 
         self.me = player(me, labels[0], "a", builders[0])
         self.opponent = player(opponent, labels[1], "b", builders[1])
+        if replays is not None:
+            self.me.replays = replays
         self.players = [self.me, self.opponent]
         self.agents = list(dict.fromkeys(s for s in (me, opponent) if isinstance(s, Agent)))
         self.task: Optional[asyncio.Task] = None
@@ -164,12 +169,13 @@ class PlayResult(Rates):
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
                concurrency: int = 64, battle_format: str = "gen9randombattle",
                battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None,
-               teams: Optional[Teams] = None) -> PlayResult:
+               teams: Optional[Teams] = None, replays=None) -> PlayResult:
     """Play ``n_battles`` with ``agent`` against itself (``self``) or a baseline. The agent's
-    batcher stays open (its owner closes it)."""
+    batcher stays open (its owner closes it). ``replays``: a ReplayWriter for the first side."""
     match = Match(server_url, agent, agent if opponent == "self" else opponent,
                   concurrency=concurrency, battle_format=battle_format, account="maple",
-                  battle_options=battle_options, battle_timeout_s=battle_timeout_s, teams=teams)
+                  battle_options=battle_options, battle_timeout_s=battle_timeout_s, teams=teams,
+                  replays=replays)
     d0, b0, s0 = agent.stats.decisions, agent.batcher.stats.batches, agent.batcher.stats.decisions
     t0 = time.perf_counter()
     try:

@@ -75,6 +75,8 @@ class PolicyPlayer(FastBattles, Player):
             self.logger.setLevel(SERVER_ERROR_LEVEL)
         self.logger.addFilter(_ServerErrorCounter(agent.stats))
         self.results = {"won": 0, "lost": 0, "tied": 0}  # survives forgetting battles
+        self.replays = None  # a ReplayWriter: finished battles kept as replays
+        self.on_finished = None  # called with each finished battle (serve and ladder report them)
 
     def choose_move(self, battle):
         return self.agent.choose(battle, self.opponent_name)
@@ -85,6 +87,10 @@ class PolicyPlayer(FastBattles, Player):
     def _battle_finished_callback(self, battle) -> None:
         self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
         self.agent.finished(battle)
+        if self.replays is not None:
+            self.replays.finished(battle, self.opponent_name)  # "": the opponent's user name
+        if self.on_finished is not None:
+            self.on_finished(battle)
         forget_later(self, battle)
 
 

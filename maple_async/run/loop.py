@@ -45,7 +45,7 @@ class LearningLoop:
         self.league: list[dict] = []
         if resume:
             self._resume(resume)
-        self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard)
+        self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard, quiet=quiet)
         self.transport = None
         self.backlog: list = []  # finished trajectories not trained on yet
         self._stop = asyncio.Event()
@@ -212,6 +212,7 @@ class LearningLoop:
             by_opp.setdefault(t.opponent, []).append(t.outcome)
         for opp, outs in sorted(by_opp.items()):
             row[f"win_rate/{opp}"] = float(np.mean([o > 0 for o in outs]))
+            row[f"games/{opp}"] = len(outs)  # so a report can put intervals on the win rates
         for comp in ("win", "hp", "faint", "turn"):
             row[f"reward/{comp}"] = float(np.mean([t.reward_totals.get(comp, 0.0) for t in batch]))
         self.metrics.write(self.learner.updates, row)

@@ -148,7 +148,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
         send(("traj", shard, PackedTrajectory(traj.arrays(), traj.outcome, traj.opponent,
                                               dict(traj.reward_totals), shard)))
 
-    col = Collector(cfg, cfg.runner.device, on_trajectory, quiet=True)
+    col = Collector(cfg, cfg.runner.device, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
     first = await recv()  # initial weights before any battle
     if first is None:
         return

@@ -56,10 +56,10 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
                    device="cpu", opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
-                   teams: Optional[Teams] = None) -> EvalResult:
+                   teams: Optional[Teams] = None, replays=None) -> EvalResult:
     """Play ``n_battles`` against a baseline name or another checkpoint's policy.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
-    ``teams``: in a team format, the pools both sides draw from."""
+    ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter."""
     agent = Agent(policy, batcher_cfg, name="eval")
     if opponent in BASELINES:
         other = opponent
@@ -68,7 +68,7 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
         other = Agent(opp_policy, batcher_cfg, name="eval-opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
-                  labels=(opponent, "eval"), teams=teams)
+                  labels=(opponent_label or opponent, "eval"), teams=teams, replays=replays)
     try:
         seconds = await match.play(n_battles)
     finally:
