@@ -1,4 +1,4 @@
-"""``maple-async`` command line: server, play, train, eval, bench.
+"""``maple-async`` command line: server, play, train, eval, bench, report, serve, ladder.
 
 User errors (bad config, unreachable server, missing checkpoint, ...) print one line
 ``maple-async: error: ...`` and exit with status 2, without a traceback.
@@ -115,7 +115,12 @@ async def _progress(label: str, get_done, total: int, period: float = 5.0) -> No
         print(f"[{label}] {done}/{total} battles  {done / dt:.2f} battles/s", flush=True)
 
 
-async def _play(cfg, n_battles: int) -> int:
+def _replay_writer(args):
+    from .pokeenv.replays import ReplayWriter
+    return ReplayWriter(args.replays) if getattr(args, "replays", None) else None
+
+
+async def _play(cfg, n_battles: int, replays=None) -> int:
     from .collect.agent import Agent
     from .collect.match import play
     from .inference.policy import InferencePolicy
@@ -136,7 +141,8 @@ async def _play(cfg, n_battles: int) -> int:
                              concurrency=cfg.runner.concurrency,
                              battle_format=cfg.runner.battle_format,
                              battle_timeout_s=cfg.runner.battle_timeout_s,
-                             battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg))
+                             battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg),
+                             replays=replays)
         finally:
             prog.cancel()
             await agent.batcher.close()
@@ -157,13 +163,17 @@ def cmd_play(args) -> int:
         raise UserError("--battles must be >= 1")
     print_config(cfg)
     check_teams(cfg)
-    return run_async(_play(cfg, args.battles))
+    replays = _replay_writer(args)
+    code = run_async(_play(cfg, args.battles, replays))
+    if replays is not None:
+        print(f"[play] {replays.written} replays in {replays.folder}")
+    return code
 
 
 # -- train / eval -----------------------------------------------------------------------
 
 async def _evaluate(cfg, policy, url: str, opponent: str, n_battles: int, device, concurrency: int,
-                    label: Optional[str] = None):
+                    label: Optional[str] = None, replays=None):
     """:func:`~maple_async.tools.evaluate.evaluate` with the config's batcher, format, teams
     and battle options."""
     from .pokeenv.players import fast_kwargs
@@ -172,7 +182,7 @@ async def _evaluate(cfg, policy, url: str, opponent: str, n_battles: int, device
     return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
                           battle_format=cfg.runner.battle_format, device=device, opponent_label=label,
                           battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
-                          teams=for_config(cfg))
+                          teams=for_config(cfg), replays=replays)
 
 
 async def _final_eval(cfg, loop, url: str, device) -> None:
@@ -247,6 +257,7 @@ async def _eval(cfg, args) -> int:
     loaded = {c: policy_from_checkpoint(c, device, greedy=args.greedy) for c in checkpoints}
     table = EvalTable()
     quiet = args.json == "-"
+    replays = _replay_writer(args)
     async with server_for(cfg.server, quiet=quiet) as server:
         # Every checkpoint against every baseline and every later checkpoint (a round robin
         # without baseline-vs-baseline games): the first checkpoint's row is the headline.
@@ -254,7 +265,7 @@ async def _eval(cfg, args) -> int:
             policy, ckpt_cfg = loaded[c]
             for o in baselines + checkpoints[i + 1:]:
                 res = await _evaluate(cfg, policy, server.url, o, args.battles, device,
-                                      cfg.runner.concurrency, label=short.get(o, o))
+                                      cfg.runner.concurrency, label=short.get(o, o), replays=replays)
                 table.results.append((short[c], res, training_label(o, ckpt_cfg.train)))
                 if not quiet:
                     print(table.row(-1), flush=True)
@@ -266,6 +277,8 @@ async def _eval(cfg, args) -> int:
             Path(args.json).write_text(text + "\n")
     if not quiet:
         print("\n".join(table.summary()))
+        if replays is not None:
+            print(f"[eval] {replays.written} replays in {replays.folder}")
     return 0
 
 
@@ -363,6 +376,105 @@ def cmd_bench(args) -> int:
     return run_async(_bench(cfg, args))
 
 
+# -- report ---------------------------------------------------------------------------
+
+def cmd_report(args) -> int:
+    from .tools.report import write
+    print(f"[report] written: {write(args.run_dir, args.out)}")
+    return 0
+
+
+# -- serve / ladder ---------------------------------------------------------------------
+
+def _outside_config(args) -> config_mod.Config:
+    """The checkpoint's own config (network, batcher, battle options) with this command's
+    server, format, teams, concurrency and device; a default server section otherwise."""
+    from .learn import checkpoint as ckpt
+    cfg = config_mod.from_saved(ckpt.load(args.checkpoint)["config"])
+    cfg.server = config_mod.ServerConfig()
+    if args.server:
+        cfg.server.url = args.server
+    if args.format and args.format != cfg.runner.battle_format:
+        cfg.runner.battle_format, cfg.runner.teams = args.format, None
+    if args.teams:
+        cfg.runner.teams = args.teams
+    if cfg.runner.teams and not Path(cfg.runner.teams).exists() and not args.teams:
+        cfg.runner.teams = None  # trained elsewhere: its pool's path means nothing here
+    cfg.runner.concurrency = args.concurrency
+    cfg.runner.device = args.device
+    return config_mod.validate(cfg)
+
+
+async def _outside(cfg, args, label: str):
+    """Log the checkpoint's agent in (managed loopback server unless --server), run the
+    command, print its summary."""
+    from .pokeenv.accounts import DEFAULT_LOGIN_URL, credentials_for
+    from .pokeenv.players import run_id
+    from .server import server_for
+    from .teams import for_config
+    from .tools import serve as srv
+    from .tools.evaluate import policy_from_checkpoint
+
+    creds = credentials_for(args.server or "127.0.0.1", args.credentials, args.username or f"maple{run_id()}")
+    device = setup_process(cfg)
+    policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=args.greedy)
+    teams = for_config(cfg)
+    async with server_for(cfg.server) as server:
+        session = srv.open_session(cfg, policy, server.url, creds, cfg.runner.concurrency, teams,
+                                   args.replays, args.login_url or DEFAULT_LOGIN_URL, label)
+        if label == "serve":
+            r = await srv.serve(session, args.battles, cfg.runner.battle_timeout_s)
+            print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T")
+        else:
+            r = await srv.ladder(session, args.battles, cfg.runner.battle_timeout_s)
+            rating = (f"rating {r['rating']} on the server's {cfg.runner.battle_format} ladder "
+                      f"({r['rating_start']} before the first battle)" if r["rating"] is not None
+                      else "the server reported no rating (its ladder may be disabled)")
+            print(f"[ladder] {creds.username}: {r['won']}W/{r['lost']}L/{r['tied']}T in "
+                  f"{r['won'] + r['lost'] + r['tied']} battles; {rating}")
+    if args.replays:
+        print(f"[{label}] replays in {args.replays}")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    if args.battles < 0 or args.concurrency < 1:
+        raise UserError("--battles must be >= 0 and --concurrency >= 1")
+    cfg = _outside_config(args)
+    check_teams(cfg)
+    return run_async(_outside(cfg, args, "serve"))
+
+
+def cmd_ladder(args) -> int:
+    if args.battles < 1:
+        raise UserError("--battles must be >= 1")
+    cfg = _outside_config(args)
+    check_teams(cfg)
+    return run_async(_outside(cfg, args, "ladder"))
+
+
+def _add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
+    from .pokeenv.accounts import PASSWORD_ENV, USERNAME_ENV
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--server", default=None,
+                   help="Showdown URL (default: start a managed loopback server); a non-loopback "
+                        "server needs a registered account")
+    p.add_argument("--format", default=None, help="battle format (default: the checkpoint's)")
+    p.add_argument("--teams", default=None, help="team file or folder for a team format (default: the checkpoint's)")
+    p.add_argument("--username", default=None,
+                   help=f"loopback servers: the name to log in as (default: maple + a random tag); "
+                        f"otherwise ${USERNAME_ENV} or --credentials")
+    p.add_argument("--credentials", default=None, metavar="FILE",
+                   help=f"'username: NAME' and 'password: SECRET' lines (else ${USERNAME_ENV} and "
+                        f"${PASSWORD_ENV}); never printed or saved")
+    p.add_argument("--login-url", default=None,
+                   help="the login server of a non-loopback server (default: play.pokemonshowdown.com's)")
+    p.add_argument("--concurrency", type=int, default=concurrency, help="battles at once")
+    p.add_argument("--device", default="cpu", help="inference device (cpu, cuda, auto)")
+    p.add_argument("--replays", default=None, metavar="DIR", help="write each battle as a replay into DIR")
+    p.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
+
+
 # -- entry point ------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -379,6 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("play", help="run battles with a network (no learning) and report throughput")
     pl.add_argument("--battles", type=int, default=200)
+    pl.add_argument("--replays", default=None, metavar="DIR",
+                    help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
     _add_config_flags(pl)
     pl.set_defaults(func=cmd_play)
 
@@ -397,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--opponent", default="random", help="one opponent (the same as --opponents X)")
     ev.add_argument("--json", default=None, help="write the results and ratings as JSON to PATH (- : stdout)")
     ev.add_argument("--battles", type=int, default=200)
+    ev.add_argument("--replays", default=None, metavar="DIR",
+                    help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
     ev.add_argument("--greedy", action="store_true",
                     help="argmax actions (default: sample, as in training; greedy recurrent "
                          "policies can fall into deterministic switch loops)")
@@ -425,6 +541,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
     _add_config_flags(be)
     be.set_defaults(func=cmd_bench)
+
+    sv = sub.add_parser("serve", help="log a checkpoint's agent in and accept challenges (a person or a bot)")
+    sv.add_argument("--battles", type=int, default=0, help="stop after this many battles (default 0: never)")
+    _add_outside_flags(sv, concurrency=8)
+    sv.set_defaults(func=cmd_serve)
+
+    ld = sub.add_parser("ladder", help="play rated battles on the server's ladder and print the rating")
+    ld.add_argument("--battles", type=int, default=10)
+    _add_outside_flags(ld, concurrency=1)
+    ld.set_defaults(func=cmd_ladder)
+
+    rp = sub.add_parser("report", help="draw a run's learning curves and evaluation table (PNG or HTML)")
+    rp.add_argument("run_dir", help="a training run folder (train.run_dir)")
+    rp.add_argument("--out", default=None, help="report.png (default: RUN_DIR/report.png) or report.html")
+    rp.set_defaults(func=cmd_report)
 
     return p
 

@@ -178,16 +178,20 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def http_url(url: str) -> str:
-    """Normalise ``ws://h:p``, ``http://h:p`` or ``h:p`` to ``http://h:p``."""
+    """Normalise ``ws://h:p``, ``http://h:p`` or ``h:p`` to ``http://h:p`` (``wss://`` and
+    ``https://``, a server behind TLS, to ``https://h:p``)."""
+    scheme = "http"
     for prefix in ("ws://", "wss://", "http://", "https://"):
         if url.startswith(prefix):
             url = url[len(prefix):]
+            scheme = "https" if prefix in ("wss://", "https://") else "http"
             break
-    return "http://" + url.split("/", 1)[0]
+    return f"{scheme}://" + url.split("/", 1)[0]
 
 
 def websocket_url(url: str) -> str:
-    return "ws://" + http_url(url)[len("http://"):] + "/showdown/websocket"
+    base = http_url(url)
+    return ("wss" if base.startswith("https") else "ws") + base[base.index("://"):] + "/showdown/websocket"
 
 
 async def check_health(url: str, timeout: float = 2.0) -> bool:

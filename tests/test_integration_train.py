@@ -24,6 +24,17 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     assert len(rows) >= 3  # 48 battles / 16 per update
     assert int(rows[-1]["battles"]) >= 48
     assert (run_dir / "latest.pt").exists()
+    # TensorBoard by default: the logdir line, and event files with the scalars.
+    assert f"tensorboard --logdir {run_dir / 'tb'}" in p.stdout
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tags = set(EventAccumulator(str(run_dir / "tb")).Reload().Tags()["scalars"])
+    assert {"pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "lr", "battles_per_s", "decisions_per_s",
+            "mean_batch_size", "policy_lag", "win_rate/self", "reward/win", "reward/hp"} <= tags
+    # One learner battle in 4 kept as a replay (test.yaml: train.replay_every).
+    replays = list((run_dir / "replays").glob("*.html"))
+    assert 48 // 2 // 4 <= len(replays) and len(replays) == len(list((run_dir / "replays").glob("*.log")))
+    r = run_cli("report", str(run_dir))
+    assert r.returncode == 0 and (run_dir / "report.png").stat().st_size > 20_000, r.stdout + r.stderr
 
     # Resume continues the update counter.
     p2 = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,

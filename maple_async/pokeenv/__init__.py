@@ -3,11 +3,14 @@
 * :mod:`.players`     the Player subclasses (our policy's, the baselines), their accounts
                       and their shutdown;
 * :mod:`.fastbattle`  cheaper battle state for our players (same state as stock poke-env);
-* :mod:`.coalesce`    one socket write per loop iteration out, one message per iteration in.
+* :mod:`.coalesce`    one socket write per loop iteration out, one message per iteration in;
+* :mod:`.replays`     finished battles kept as replay HTML and protocol logs;
+* :mod:`.accounts`    credentials, normal login off loopback, spaced messages.
 
 Everything below is private to poke-env 0.16 and read or replaced here; it is the checklist
 for a poke-env upgrade. ``tests/test_fastbattle.py``, ``tests/test_encoding.py``,
-``tests/test_coalesce.py`` and ``tests/test_close.py`` pin the behaviour that relies on it.
+``tests/test_coalesce.py``, ``tests/test_close.py`` and ``tests/test_integration_outside.py``
+pin the behaviour that relies on it.
 
 =====================================  ===================================================
 private attribute                      used by
@@ -38,5 +41,9 @@ private attribute                      used by
 ``_ability``, ``_moves``
 ``Move`` ``_id``, ``_current_pp``,     obs.encoding
 ``_from_transform``
+``Battle._build_replay_log``           replays.ReplayWriter (the protocol log file)
+``Battle._replay_data``                tools.serve.rating_lines (the ladder's rating)
+``Player._handle_challenge_request``   tools.serve.ServePlayer (refuses other formats)
+``Player._format``                     tools.serve.ServePlayer
 =====================================  ===================================================
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from poke_env.player import MaxBasePowerPlayer, Player, RandomPlayer, SimpleHeuristicsPlayer
 from poke_env.ps_client import AccountConfiguration, ServerConfiguration
@@ -153,13 +153,14 @@ def fast_kwargs(runner_cfg) -> dict:
 
 
 def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str,
-                  team=None) -> dict:
-    """``team``: a poke-env Teambuilder (team formats), asked for a team before each battle."""
+                  team=None, password: Optional[str] = None, login_url: Optional[str] = None) -> dict:
+    """``team``: a poke-env Teambuilder (team formats), asked for a team before each battle.
+    ``password`` and ``login_url``: a registered account on a server with normal login."""
     from ..server import websocket_url
     return dict(
         team=team,
-        account_configuration=AccountConfiguration(name[:18], None),
-        server_configuration=ServerConfiguration(websocket_url(server_url), None),
+        account_configuration=AccountConfiguration(name[:18], password),
+        server_configuration=ServerConfiguration(websocket_url(server_url), login_url),
         battle_format=battle_format,
         max_concurrent_battles=concurrency,
         loop=asyncio.get_running_loop(),

@@ -1,0 +1,153 @@
+"""A trained agent outside training: ``serve`` (log in and accept challenges, any number at
+once through one batcher) and ``ladder`` (rated battles on the server's ladder, and the
+rating the server reports).
+
+Both log in with :mod:`maple_async.pokeenv.accounts` (a loopback server needs no password;
+any other gets the normal login and spaced messages) and print one line per finished battle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from poke_env.data.normalize import to_id_str
+
+from ..collect.agent import Agent
+from ..collect.match import watchdog
+from ..errors import UserError
+from ..pokeenv.accounts import Credentials, is_loopback, throttle_sends
+from ..pokeenv.players import PolicyPlayer, close_players, fast_kwargs, forfeit_unfinished, player_kwargs
+from ..pokeenv.replays import ReplayWriter, result_word
+
+LOGIN_TIMEOUT_S = 30.0
+RATING_WAIT_S = 15.0  # the ladder's rating line comes after the battle's |win|
+_RATING = re.compile(r"^(.+?)'s rating: (\d+) &rarr; <strong>(\d+)</strong>")
+
+
+class ServePlayer(PolicyPlayer):
+    """Our policy behind a user name: challenges in another format are refused, with a line."""
+
+    async def _handle_challenge_request(self, split_message):
+        # |pm|!user|receiver|/challenge FORMAT|...
+        user = split_message[2].strip()
+        fmt = split_message[5] if len(split_message) >= 6 else ""
+        if to_id_str(user) != to_id_str(self.username) and fmt and fmt != self._format:
+            print(f"[serve] refused a {fmt} challenge from {user.lstrip('+%@*&#~ ')}: "
+                  f"serving {self._format}", flush=True)
+            await self.ps_client.send_message(f"/reject {to_id_str(user)}")
+            return
+        await super()._handle_challenge_request(split_message)
+
+
+@dataclass
+class Session:
+    """What serve and ladder share: the agent, its player, the counts."""
+
+    agent: Agent
+    player: ServePlayer
+    url: str
+    concurrency: int
+
+
+def open_session(cfg, policy, url: str, creds: Credentials, concurrency: int, teams,
+                 replays: Optional[str], login_url: Optional[str], label: str) -> Session:
+    remote = not is_loopback(url)
+    agent = Agent(policy, cfg.batcher, name=label)
+    fast = fast_kwargs(cfg.runner)
+    if remote:  # one message per send, spaced by throttle_sends
+        fast["coalesce"] = False
+    team = teams.builders(0)[0] if teams is not None else None
+    player = ServePlayer(agent, "", **fast,
+                         **player_kwargs(url, creds.username, concurrency, cfg.runner.battle_format, team,
+                                         password=creds.password, login_url=login_url if remote else None))
+    if remote:
+        throttle_sends(player.ps_client)
+    if replays:
+        player.replays = ReplayWriter(replays)
+    return Session(agent, player, url, concurrency)
+
+
+async def logged_in(session: Session) -> None:
+    try:
+        await asyncio.wait_for(session.player.ps_client.logged_in.wait(), LOGIN_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise UserError(f"could not log in to {session.url} as {session.player.username} within "
+                        f"{LOGIN_TIMEOUT_S:.0f}s (wrong password, name taken, or no websocket)") from None
+
+
+def battle_line(prefix: str, battle, results: dict) -> str:
+    return (f"[{prefix}] {battle.battle_tag} vs {battle.opponent_username}: {result_word(battle)} in "
+            f"{battle.turn} turns ({results['won']}W/{results['lost']}L/{results['tied']}T)")
+
+
+async def _run(session: Session, body, timeout_s: float) -> None:
+    """Start the batcher and a watchdog, run ``body``, then forfeit and close whatever is left."""
+    agent, player = session.agent, session.player
+    loop = asyncio.get_running_loop()
+    agent.batcher.start()
+    guard = loop.create_task(watchdog([agent], [player], timeout_s))
+    try:
+        await logged_in(session)
+        await body
+    finally:
+        guard.cancel()
+        await forfeit_unfinished([player])
+        await close_players(player)
+        await agent.batcher.close()
+
+
+async def serve(session: Session, n_battles: int, timeout_s: float = 300.0) -> dict:
+    """Accept challenges until ``n_battles`` have been accepted and played (0: forever)."""
+    player = session.player
+    player.on_finished = lambda b: print(battle_line("serve", b, player.results), flush=True)
+
+    async def body():
+        print(f"[serve] logged in as {player.username} on {session.url}: accepting "
+              f"{player.format} challenges, up to {session.concurrency} at once"
+              + (f", {n_battles} in all" if n_battles else " (Ctrl-C stops)"), flush=True)
+        await player.accept_challenges(None, n_battles or 10**9)
+
+    await _run(session, body(), timeout_s)
+    return dict(player.results)
+
+
+def rating_lines(battle, username: str) -> list[tuple[int, int]]:
+    """(before, after) of ``username``'s rating in this battle's ``|raw|`` lines."""
+    out = []
+    for msg in battle._replay_data:
+        if len(msg) > 2 and msg[1] == "raw":
+            m = _RATING.match(msg[2])
+            if m and to_id_str(m.group(1)) == to_id_str(username):
+                out.append((int(m.group(2)), int(m.group(3))))
+    return out
+
+
+async def ladder(session: Session, n_battles: int, timeout_s: float = 300.0) -> dict:
+    """Play ``n_battles`` rated battles one after another; returns results and the rating."""
+    player = session.player
+    battles: list = []
+
+    def finished(b) -> None:
+        battles.append(b)
+        print(battle_line("ladder", b, player.results), flush=True)
+
+    player.on_finished = finished
+
+    async def body():
+        print(f"[ladder] logged in as {player.username} on {session.url}: searching {n_battles} "
+              f"rated {player.format} battles", flush=True)
+        await player.ladder(n_battles)
+        # The server posts the new rating after the battle ends; wait for the last one's.
+        deadline = asyncio.get_running_loop().time() + RATING_WAIT_S
+        while battles and not rating_lines(battles[-1], player.username):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+
+    await _run(session, body(), timeout_s)
+    changes = [r for b in battles for r in rating_lines(b, player.username)]
+    return {**player.results, "rating_start": changes[0][0] if changes else None,
+            "rating": changes[-1][1] if changes else None, "rated_battles": len(changes)}

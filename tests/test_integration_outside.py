@@ -1,0 +1,127 @@
+"""A checkpoint used outside training, on the fixture's local Showdown: ``serve`` takes
+challenges from a poke-env player, two ``ladder`` runs play each other for a rating, and
+``play --replays`` writes one replay per battle."""
+
+import asyncio
+import re
+import subprocess
+import sys
+
+import pytest
+
+from maple_async import config as C
+from maple_async.run.loop import LearningLoop
+
+pytestmark = pytest.mark.integration
+
+CLI = [sys.executable, "-m", "maple_async.cli"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    run = tmp_path_factory.mktemp("ckpt")
+    cfg = C.load(None, {"train.run_dir": str(run), "network.hidden_size": 32})
+    LearningLoop(cfg, "cpu", quiet=True).save_checkpoint()
+    return str(run / "latest.pt")
+
+
+def one_error_line(p) -> str:
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("maple-async: error: "), p.stderr
+    return lines[0]
+
+
+async def test_serve_accepts_four_challenges_at_once(showdown_url, checkpoint, tmp_path):
+    from poke_env.player import RandomPlayer
+    from poke_env.ps_client import AccountConfiguration, ServerConfiguration
+
+    from maple_async.server import websocket_url
+
+    name = f"served{tmp_path.name[-6:]}"[:18]
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "serve", "--checkpoint", checkpoint, "--server", showdown_url, "--username", name,
+        "--battles", "4", "--replays", str(tmp_path / "replays"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out = []
+    try:
+        while True:  # the agent is logged in before anyone challenges it
+            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+            out.append(line)
+            assert line, "".join(out)
+            if "[serve] logged in as" in line:
+                break
+        challenger = RandomPlayer(
+            account_configuration=AccountConfiguration(f"chal{tmp_path.name[-6:]}"[:18], None),
+            server_configuration=ServerConfiguration(websocket_url(showdown_url), None),
+            battle_format="gen9randombattle", max_concurrent_battles=4, loop=asyncio.get_running_loop())
+        in_flight = []
+
+        async def watch():
+            while True:
+                in_flight.append(sum(not b.finished for b in challenger.battles.values()))
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.wait_for(challenger.send_challenges(name, 4), 180)
+        watcher.cancel()
+        rest, _ = await asyncio.wait_for(proc.communicate(), 60)
+        out.append(rest.decode())
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    text = "".join(out)
+    assert proc.returncode == 0, text
+    assert challenger.n_finished_battles == 4
+    assert len(re.findall(r"\[serve\] battle-gen9randombattle-\d+ vs chal", text)) == 4, text
+    won, lost, tied = map(int, re.search(r"\[serve\] done: (\d+)W/(\d+)L/(\d+)T", text).groups())
+    assert (won, lost) == (challenger.n_lost_battles, challenger.n_won_battles) and won + lost + tied == 4
+    assert max(in_flight) >= 2  # accepted while others were still being played
+    assert len(list((tmp_path / "replays").glob("*-vs-chal*.html"))) == 4
+
+
+def test_serve_errors_are_one_line(showdown_url, checkpoint, tmp_path, monkeypatch):
+    monkeypatch.delenv("MAPLE_SHOWDOWN_USERNAME", raising=False)
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    run = lambda *a: subprocess.run([*CLI, *a], capture_output=True, text=True, timeout=120)  # noqa: E731
+    assert "cannot read checkpoint" in one_error_line(run("serve", "--checkpoint", str(bad), "--server", showdown_url))
+    assert "is not a loopback server" in one_error_line(
+        run("serve", "--checkpoint", checkpoint, "--server", "https://showdown.example.org"))
+    from maple_async.server import free_port
+    assert "unreachable" in one_error_line(
+        run("serve", "--checkpoint", checkpoint, "--server", f"http://127.0.0.1:{free_port()}"))
+
+
+def test_two_agents_ladder_against_each_other_and_get_ratings(showdown_url, checkpoint, tmp_path):
+    names = [f"lad{i}{tmp_path.name[-6:]}"[:18] for i in range(2)]
+    procs = [subprocess.Popen([*CLI, "ladder", "--checkpoint", checkpoint, "--server", showdown_url,
+                               "--username", n, "--battles", "2"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for n in names]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    for p, out, me, other in zip(procs, outs, names, names[::-1]):
+        assert p.returncode == 0, out
+        assert len(re.findall(rf"\[ladder\] battle-gen9randombattle-\d+ vs {other}", out)) == 2, out
+        m = re.search(rf"\[ladder\] {me}: (\d+)W/(\d+)L/(\d+)T in 2 battles; rating (\d+) on the server's "
+                      rf"gen9randombattle ladder \((\d+) before the first battle\)", out)
+        assert m, out
+    # One ladder's wins are the other's losses.
+    w0 = re.search(r"(\d+)W/(\d+)L", outs[0].splitlines()[-1]).groups()
+    w1 = re.search(r"(\d+)W/(\d+)L", outs[1].splitlines()[-1]).groups()
+    assert w0 == w1[::-1]
+
+
+def test_play_writes_one_replay_and_log_per_battle(showdown_url, tmp_path):
+    p = subprocess.run([*CLI, "play", "--battles", "3", "--server", showdown_url, "--opponent", "random",
+                        "--concurrency", "3", "--network", "mlp", "--replays", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    html = sorted((tmp_path / "r").glob("*.html"))
+    logs = sorted((tmp_path / "r").glob("*.log"))
+    assert len(html) == 3 and len(logs) == 3
+    for h, lg in zip(html, logs):
+        assert h.stem == lg.stem and re.search(r"-vs-random-(won|lost|tie)$", h.stem)
+        for text in (h.read_text(), lg.read_text()):
+            assert re.search(r"^\|(win\|.+|tie)$", text, re.M), text[-500:]
+        assert "replay-embed.js" in h.read_text()  # the client that plays it back
+        assert lg.read_text().startswith(">battle-gen9randombattle-")

@@ -1,0 +1,174 @@
+"""What a trained agent is used for, without a server: replays' names and bounds,
+credentials, the metrics log, and the report picture."""
+
+import csv
+import os
+
+import numpy as np
+import pytest
+
+from maple_async.errors import UserError
+from maple_async.learn.metrics import MetricsLog
+from maple_async.pokeenv import accounts
+from maple_async.pokeenv.replays import ReplayWriter
+from maple_async.server import http_url, websocket_url
+from maple_async.tools import report
+
+
+class FakeBattle:
+    def __init__(self, tag, won):
+        self.battle_tag, self.won, self.lost = tag, won, won is False
+        self.opponent_username = "someone"
+
+    def save_replay(self, path):
+        path.write_text(f"<html>{self.battle_tag}</html>")
+        return path
+
+    def _build_replay_log(self):
+        return f">{self.battle_tag}\n|win|x"
+
+
+def test_replays_keep_one_in_n_named_by_opponent_and_result(tmp_path):
+    w = ReplayWriter(tmp_path / "r", every=3, keep=100)
+    for i in range(7):
+        w.finished(FakeBattle(f"battle-gen9x-{i}", i % 2 == 0), "max_power")
+    html = sorted(p.name for p in (tmp_path / "r").glob("*.html"))
+    assert w.written == 3 and len(html) == 3  # battles 0, 3 and 6
+    assert [n.split("-vs-")[1] for n in html] == ["max_power-won.html", "max_power-lost.html", "max_power-won.html"]
+    assert len(list((tmp_path / "r").glob("*.log"))) == 3
+    # No label: the opponent's user name.
+    w2 = ReplayWriter(tmp_path / "s")
+    w2.finished(FakeBattle("battle-gen9x-9", None))
+    assert next((tmp_path / "s").glob("*.html")).name.endswith("-vs-someone-tie.html")
+
+
+def test_replays_are_bounded_oldest_first(tmp_path):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "20000101-000000-old-vs-x-won.html").write_text("old")  # from an earlier run
+    (folder / "20000101-000000-old-vs-x-won.log").write_text("old")
+    w = ReplayWriter(folder, keep=3)
+    for i in range(4):
+        w.finished(FakeBattle(f"battle-gen9x-{i}", True), "random")
+    names = sorted(p.name for p in folder.iterdir())
+    assert len(names) == 6 and not any("old" in n for n in names)  # 3 battles x (html, log)
+    assert w.pruned == 2 and not any("battle-gen9x-0-" in n for n in names)
+
+
+def test_credentials_never_from_config_and_needed_off_loopback(tmp_path, monkeypatch):
+    monkeypatch.delenv(accounts.USERNAME_ENV, raising=False)
+    monkeypatch.delenv(accounts.PASSWORD_ENV, raising=False)
+    c = accounts.credentials_for("http://127.0.0.1:8000", None, "maple1")
+    assert (c.username, c.password) == ("maple1", None)
+    with pytest.raises(UserError, match="not a loopback server"):
+        accounts.credentials_for("https://sim3.psim.us", None, "maple1")
+    monkeypatch.setenv(accounts.USERNAME_ENV, "mybot")
+    with pytest.raises(UserError, match="not a loopback server"):  # a name without a password
+        accounts.credentials_for("https://sim3.psim.us", None, "maple1")
+    monkeypatch.setenv(accounts.PASSWORD_ENV, "s3cret")
+    c = accounts.credentials_for("https://sim3.psim.us", None, "maple1")
+    assert (c.username, c.password) == ("mybot", "s3cret") and "s3cret" not in repr(c)
+    f = tmp_path / "creds"
+    f.write_text("# my bot\nusername: filebot\npassword = p@ss:word\n")
+    c = accounts.credentials_for("https://sim3.psim.us", str(f), "maple1")
+    assert (c.username, c.password) == ("filebot", "p@ss:word")
+    f.write_text("password: x\n")
+    with pytest.raises(UserError, match="no 'username: NAME' line"):
+        accounts.credentials_for("http://localhost:8000", str(f), "maple1")
+
+
+def test_tls_servers_keep_their_scheme():
+    assert websocket_url("https://sim3.psim.us") == "wss://sim3.psim.us/showdown/websocket"
+    assert http_url("wss://sim3.psim.us/showdown/websocket") == "https://sim3.psim.us"
+    assert websocket_url("127.0.0.1:8000") == "ws://127.0.0.1:8000/showdown/websocket"
+    assert accounts.is_loopback("http://localhost:8000") and not accounts.is_loopback("sim3.psim.us:443")
+
+
+async def test_throttled_sends_are_spaced_and_in_order():
+    import time
+
+    class Client:
+        def __init__(self):
+            self.sent = []
+
+        async def send_message(self, message, room="", message_2=None):
+            self.sent.append((message, time.monotonic()))
+
+    import asyncio
+    c = Client()
+    accounts.throttle_sends(c, interval_s=0.05)
+    await asyncio.gather(*(c.send_message(f"m{i}") for i in range(4)))
+    assert [m for m, _ in c.sent] == ["m0", "m1", "m2", "m3"]
+    gaps = np.diff([t for _, t in c.sent])
+    assert (gaps >= 0.045).all()
+
+
+def test_metrics_log_widens_for_a_late_column(tmp_path):
+    log = MetricsLog(tmp_path, tensorboard=False)
+    log.write(1, {"update": 1, "win_rate/random": 0.5})
+    log.write(2, {"update": 2, "win_rate/random": 0.6, "win_rate/league": 0.4})
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows[0]["win_rate/league"] == "" and rows[1]["win_rate/league"] == "0.4"
+    assert MetricsLog(tmp_path, tensorboard=False)._fields == ["update", "win_rate/random", "win_rate/league"]
+
+
+def test_pooled_win_rates_wait_for_enough_battles():
+    x, p, lo, hi = report.pooled_win_rates(np.arange(1, 7) * 64.0, np.array([0.5, 1.0, 0.0, 0.5, 0.5, 0.5]),
+                                           np.array([40, 40, 40, 100, 0, 10]), min_games=100)
+    assert list(x) == [192.0, 256.0] and p[0] == pytest.approx(0.5) and p[1] == pytest.approx(0.5)
+    assert (lo < p).all() and (p < hi).all()
+
+
+def _fake_run(run_dir, n=60, with_eval=True):
+    run_dir.mkdir()
+    rng = np.random.default_rng(0)
+    with open(run_dir / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        keys = ["update", "battles", "time_s", "battles_per_s", "decisions_per_s", "mean_batch_size",
+                "policy_lag", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
+                "lr", "win_rate/random", "games/random", "reward/win", "reward/hp"]
+        w.writerow(keys)
+        for u in range(1, n + 1):
+            w.writerow([u, 64 * u, 10 * u, 6, 600, 12, 1.1, -0.01, 0.1, 1.5 - u / n, 0.01, 0.1, u / n,
+                        5e-4, min(1, 0.5 + u / n / 2 + rng.normal(0, 0.05)), 32, 0.2, 0.05])
+    (run_dir / "config.yaml").write_text("runner:\n  battle_format: gen9randombattle\n  seed: 1\n")
+    if with_eval:
+        (run_dir / "eval.json").write_text(
+            '{"results": [{"player": "agent", "opponent": "heuristics", "label": "held out", "battles": 300,'
+            ' "wins": 120, "losses": 180, "ties": 0, "win_rate": 0.4, "ci95": [0.35, 0.46], "seconds": 60}],'
+            ' "ratings": {"agent": 1100, "heuristics": 1170}}')
+
+
+def test_report_draws_axes_not_a_blank_picture(tmp_path):
+    from PIL import Image
+    _fake_run(tmp_path / "run")
+    out = report.write(tmp_path / "run")
+    assert out == tmp_path / "run" / "report.png" and out.stat().st_size > 50_000
+    img = np.asarray(Image.open(out).convert("L"))
+    assert img.shape[0] > 800 and img.shape[1] > 1200
+    dark = img < 80  # axes frames, ticks, text
+    assert dark.mean() > 0.005
+    # The first panel's frame: a long dark vertical line in the left tenth of the picture.
+    left = dark[:, : img.shape[1] // 10]
+    assert left.sum(axis=0).max() > img.shape[0] * 0.15
+    html = report.write(tmp_path / "run", str(tmp_path / "r.html"))
+    text = html.read_text()
+    assert "data:image/png;base64," in text and "held out" in text and "battle_format" in text
+
+
+def test_report_refuses_a_folder_without_metrics(tmp_path):
+    with pytest.raises(UserError, match="no metrics.csv"):
+        report.write(tmp_path)
+    with pytest.raises(UserError, match="not a folder"):
+        report.write(tmp_path / "missing")
+    _fake_run(tmp_path / "run")
+    with pytest.raises(UserError, match=r"\.png or \.html"):
+        report.write(tmp_path / "run", str(tmp_path / "r.pdf"))
+
+
+def test_report_cli_error_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "maple_async.cli", "report", str(tmp_path)],
+                       capture_output=True, text=True, env={**os.environ})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no metrics.csv" in p.stderr
