@@ -149,6 +149,9 @@ class TrainConfig:
                                        "learner's and updates stay small")
     league_size: int = key(5, "league snapshots kept", gt=0)
     league_every_updates: int = key(10, "a league snapshot every this many updates", gt=0)
+    league_sampling: str = key("pfsp", "which snapshot a league battle draws at its start: pfsp (the ones the "
+                                       "learner beats least, (1-p)^2), recent (newer likelier) or uniform",
+                               choices=("pfsp", "recent", "uniform"))
     checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
     run_dir: str = key("runs/default", "run folder: config, metrics.csv, tb/, checkpoints")
     eval_battles: int = key(0, "at the end of training, battles per eval_opponents baseline; 0: skip",

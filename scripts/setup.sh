@@ -17,12 +17,16 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip"
+step() { echo "[setup] $1 ..."; T0=$SECONDS; }
+done_() { echo "[setup]   done in $((SECONDS - T0)) s"; }
 if [ "$TORCH" != "skip" ] && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  echo "[setup] installing $TORCH"
+  step "installing $TORCH (the largest download, once)"
   $PIP install -q "$TORCH"
+  done_
 fi
-echo "[setup] installing maple-async [$EXTRAS]"
+step "installing maple-async [$EXTRAS] and its dependencies (TensorBoard, matplotlib, poke-env)"
 $PIP install -q -e ".[$EXTRAS]"
-echo "[setup] installing Pokémon Showdown (npm, once)"
+done_
+# Prints its own steps: npm install of the pinned Showdown, then its build (both once).
 "$VENV/bin/maple-async" server install
-echo "[setup] done: $VENV/bin/maple-async"
+echo "[setup] ready: $VENV/bin/maple-async"

@@ -34,9 +34,18 @@ async def _train(cfg, transport, timeout):
 
 
 def _cfg(tmp_path, total=64):
+    # A league lane too: its battles draw their snapshot in the workers, by the loop's rule.
     return C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.shards": 2,
                                        "train.total_battles": total, "train.battles_per_update": 16,
-                                       "runner.concurrency": 8})
+                                       "runner.concurrency": 8, "train.opponents": "self:0.5,league:0.5",
+                                       "train.league_every_updates": 1})
+
+
+def _assert_league(trainer):
+    """Learner trajectories against the league came back naming the snapshot they played."""
+    ids = {e["id"] for e in trainer.league}
+    assert trainer.league_results and set(trainer.league_results) <= ids
+    assert sum(n for _, n in trainer.league_results.values()) > 0
 
 
 async def test_two_shards_train_and_receive_learner_weights(tmp_path):
@@ -55,6 +64,7 @@ async def test_two_shards_train_and_receive_learner_weights(tmp_path):
         assert sh.stats["checksum"] == pytest.approx(tp.checksums[v], rel=0, abs=1e-9)
         assert not sh.worker.is_alive()
     assert (tmp_path / "run" / "latest.pt").exists()
+    _assert_league(trainer)
 
 
 async def test_killed_worker_is_replaced(tmp_path):
@@ -95,6 +105,7 @@ async def test_ray_backend_two_actors(tmp_path):
     for sh in tp.shards:
         v = sh.stats["version"]
         assert v >= 1 and sh.stats["checksum"] == pytest.approx(tp.checksums[v], rel=0, abs=1e-9)
+    _assert_league(trainer)
 
 
 def test_a_worker_dying_mid_message_blocks_nobody(tmp_path):
@@ -119,3 +130,13 @@ def test_a_worker_dying_mid_message_blocks_nobody(tmp_path):
     assert msgs == [("stats", 1, {"battles": 3})]
     assert trainer._readers == [live_r] and dead_r.closed
     live_w.close()
+
+
+async def test_league_battles_in_one_process_name_their_snapshot(tmp_path, showdown_url):
+    from maple_async.run.transports import LocalTransport
+    cfg = _cfg(tmp_path)
+    cfg.train.shards = 1
+    tp = LocalTransport(cfg, "cpu", showdown_url, quiet=True)
+    trainer = await _train(cfg, tp, 300)
+    _assert_league(trainer)
+    assert not tp.collector.league_policy.assigned  # every battle gave its snapshot back

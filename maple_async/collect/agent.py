@@ -277,8 +277,7 @@ class Agent:
     def finished(self, battle) -> None:
         key = self.key(battle)
         live = self.live.pop(key, None)
-        self.hidden.end(key)
-        self.batcher.notify()
+        self._end(key)
         if live is None:
             return  # the battle ended before we were ever asked to decide
         s = self.stats
@@ -302,7 +301,13 @@ class Agent:
         """Forget a battle side without training on it (its partial trajectory is dropped)."""
         if self.live.pop(key, None) is not None:
             self.stats.abandoned += 1
+        self._end(key)
+
+    def _end(self, key: Hashable) -> None:
         self.hidden.end(key)
+        release = getattr(self.policy, "release", None)  # a policy that fixed something per battle
+        if release is not None:
+            release(key)
         self.batcher.notify()
 
     def touch_live(self) -> None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..config import Config, parse_opponent_mix
+from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
 from ..pokeenv.players import fast_kwargs
@@ -52,13 +54,18 @@ class Collector:
                         if cfg.train.replay_every else None)
         self.mix = parse_opponent_mix(cfg.train.opponents)
         self.teams = for_config(cfg)  # validated once per process (the main one checks first)
+        self.league_policy: Optional[LeaguePolicy] = None
+        if "league" in self.mix:
+            seed = cfg.runner.seed
+            self.league_policy = LeaguePolicy(lambda: nets.from_config(cfg.network), device,
+                                              rng=random.Random(None if seed is None else seed + 17))
+        self._on_trajectory = on_trajectory
         self.agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
-                           reward_cfg=cfg.reward, record=True, on_trajectory=on_trajectory, name="learner",
+                           reward_cfg=cfg.reward, record=True, on_trajectory=self._emit, name="learner",
                            gamma=cfg.ppo.gamma)
         self.league_agent: Optional[Agent] = None
-        if "league" in self.mix:
-            self.league_agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
-                                      name="league")
+        if self.league_policy is not None:
+            self.league_agent = Agent(self.league_policy, cfg.batcher, name="league")
         self.agents = [a for a in (self.agent, self.league_agent) if a is not None]
         self._wake = asyncio.Event()  # a stop request, a fault, or a lane that ended
         self._stop = asyncio.Event()
@@ -70,6 +77,14 @@ class Collector:
     def _print(self, msg: str) -> None:
         if not self.quiet:
             print(msg, flush=True)
+
+    def _emit(self, traj: Trajectory) -> None:
+        """A learner trajectory against the league names the snapshot it played (``league#id``)."""
+        if traj.opponent == "league" and self.league_policy is not None:
+            sid = self.league_policy.snapshot_of(traj.key[0])
+            if sid is not None:
+                traj.opponent = f"league#{sid}"
+        self._on_trajectory(traj)
 
     def apply(self, msg: dict) -> None:
         """New weights from the learner: ``{"weights", "version", "league"}``."""

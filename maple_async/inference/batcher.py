@@ -251,9 +251,12 @@ class InferenceBatcher:
             self._pending_weights = None
             self.policy.load_state_dict(state_dict, version)
 
-    def _act_timed(self, obs, mask, hidden):
+    def _act_timed(self, obs, mask, hidden, keys):
         c0 = time.thread_time()
-        out = self.policy.act(obs, mask, hidden)
+        if getattr(self.policy, "keyed", False):  # a policy that acts per battle (the league's)
+            out = self.policy.act(obs, mask, hidden, keys)
+        else:
+            out = self.policy.act(obs, mask, hidden)
         return out, time.thread_time() - c0
 
     async def _flush(self, batch: list[_Request], reason: str) -> None:
@@ -269,10 +272,10 @@ class InferenceBatcher:
             if len(batch) >= self.offload_min_batch:
                 loop = asyncio.get_running_loop()
                 c1 = time.thread_time()
-                out, fwd_cpu = await loop.run_in_executor(self._executor, self._act_timed, obs, mask, hidden)
+                out, fwd_cpu = await loop.run_in_executor(self._executor, self._act_timed, obs, mask, hidden, keys)
                 c0 -= fwd_cpu - (time.thread_time() - c1)  # count the worker's CPU, not the wait
             else:
-                out, _ = self._act_timed(obs, mask, hidden)
+                out, _ = self._act_timed(obs, mask, hidden, keys)
             actions, logps, values, new_hidden = out
         except Exception as e:  # a failed forward must not stall every battle
             self.stats.failed_batches += 1

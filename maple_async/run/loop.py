@@ -11,7 +11,6 @@ the policy version that chose it, so policy lag is measured.
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ..config import Config, parse_opponent_mix
+from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
 from ..learn.learner import Learner
@@ -42,7 +42,8 @@ class LearningLoop:
         est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
         self.learner = Learner(nets.from_config(cfg.network), cfg.ppo, device, total_updates=est_updates)
         self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
-        self.league: list[dict] = []
+        self.league: list[dict] = []  # {"id": update it was taken at, "weights"}, oldest first
+        self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
         if resume:
             self._resume(resume)
         self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard, quiet=quiet)
@@ -63,13 +64,17 @@ class LearningLoop:
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         self.learner.load_state_dict(data["learner"])
         self.counters.update(data["counters"])
-        self.league = list(data.get("league", []))
+        league = list(data.get("league", []))
+        # Checkpoints before per-battle league opponents kept bare state dicts.
+        self.league = [e if "weights" in e else {"id": -len(league) + i, "weights": e} for i, e in enumerate(league)]
+        self.league_results = {int(k): list(v) for k, v in data.get("league_results", {}).items()}
         self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
                     f"battle sides {self.counters['battles']}, version {self.counters['version']}")
 
     def save_checkpoint(self, final: bool = False) -> Path:
         payload = {"config": self.cfg.to_dict(), "learner": self.learner.state_dict(),
-                   "counters": dict(self.counters), "league": self.league}
+                   "counters": dict(self.counters), "league": self.league,
+                   "league_results": self.league_results}
         upd = self.learner.updates
         path = ckpt.save(self.run_dir / "checkpoints" / f"ckpt_{upd:06d}.pt", payload)
         ckpt.save(self.run_dir / "latest.pt", payload)
@@ -83,14 +88,24 @@ class LearningLoop:
         of the learner; it keeps the newest ``league_size``."""
         if "league" not in self.mix:
             return
-        if self.learner.updates % self.cfg.train.league_every_updates == 0 or not self.league:
-            self.league.append(self.learner.weights_cpu())
+        sid = self.learner.updates
+        due = sid % self.cfg.train.league_every_updates == 0 or not self.league
+        if due and not any(e["id"] == sid for e in self.league):
+            self.league.append({"id": sid, "weights": self.learner.weights_cpu()})
             self.league = self.league[-max(self.cfg.train.league_size, 1):]
+            kept = {e["id"] for e in self.league}
+            self.league_results = {k: v for k, v in self.league_results.items() if k in kept}
 
     def weights_msg(self) -> dict:
-        """The broadcast: the learner's weights and version, and (with a league lane) the
-        league snapshot its opponents play with until the next one."""
-        league = random.choice(self.league) if self.league else None
+        """The broadcast: the learner's weights and version, and (with a league lane) every
+        snapshot with the probability that a league battle draws it
+        (:class:`~maple_async.inference.league.LeaguePolicy` draws once per battle)."""
+        league = None
+        if self.league:
+            ids = [e["id"] for e in self.league]
+            results = {k: (v[0], v[1]) for k, v in self.league_results.items()}
+            league = {"snapshots": {e["id"]: e["weights"] for e in self.league},
+                      "probs": league_probs(ids, results, self.cfg.train.league_sampling)}
         return {"weights": self.learner.weights_cpu(), "version": self.counters["version"], "league": league}
 
     # -- the loop --------------------------------------------------------------------------
@@ -209,7 +224,12 @@ class LearningLoop:
                                     "explained_variance", "lr", "samples_per_s", "update_s")}}
         by_opp: dict[str, list] = {}
         for t in batch:
-            by_opp.setdefault(t.opponent, []).append(t.outcome)
+            kind, _, snapshot = t.opponent.partition("#")  # league#<id>: the snapshot it played
+            by_opp.setdefault(kind, []).append(t.outcome)
+            if snapshot and any(e["id"] == int(snapshot) for e in self.league):
+                r = self.league_results.setdefault(int(snapshot), [0.0, 0])
+                r[0] += (t.outcome > 0) + 0.5 * (t.outcome == 0)
+                r[1] += 1
         for opp, outs in sorted(by_opp.items()):
             row[f"win_rate/{opp}"] = float(np.mean([o > 0 for o in outs]))
             row[f"games/{opp}"] = len(outs)  # so a report can put intervals on the win rates

@@ -108,6 +108,8 @@ async def serve(session: Session, n_battles: int, timeout_s: float = 300.0) -> d
         print(f"[serve] logged in as {player.username} on {session.url}: accepting "
               f"{player.format} challenges, up to {session.concurrency} at once"
               + (f", {n_battles} in all" if n_battles else " (Ctrl-C stops)"), flush=True)
+        print(f"[serve] to challenge it yourself, open {session.url} in a browser (Showdown's client, "
+              f"online) and challenge {player.username}", flush=True)
         await player.accept_challenges(None, n_battles or 10**9)
 
     await _run(session, body(), timeout_s)
