@@ -1,4 +1,4 @@
-"""``maple-async`` command line: server, play, train, eval, bench, report, serve, ladder.
+"""``maple-async`` command line: server, play, train, pretrain, eval, bench, report, serve, ladder.
 
 User errors (bad config, unreachable server, missing checkpoint, ...) print one line
 ``maple-async: error: ...`` and exit with status 2, without a traceback.
@@ -234,6 +234,31 @@ def cmd_train(args) -> int:
     print_config(cfg)
     check_teams(cfg)
     return run_async(_train(cfg, resume))
+
+
+async def _pretrain(cfg, args) -> int:
+    from .server import server_for
+    from .tools.pretrain import pretrain
+
+    device = setup_process(cfg)
+    async with server_for(cfg.server) as server:
+        path = await pretrain(cfg, device, server.url, args.teacher, args.battles, opponent=args.opponent,
+                              epochs=args.epochs, round_sides=args.round_sides, out=args.out)
+    conf = f" --config {args.config}" if args.config else ""
+    print(f"[pretrain] continue with PPO: maple-async train{conf} --train.init {path}")
+    return 0
+
+
+def cmd_pretrain(args) -> int:
+    from .pokeenv.players import BASELINES
+    cfg = load_config(args)
+    if args.teacher not in BASELINES or (args.opponent != "self" and args.opponent not in BASELINES):
+        raise UserError(f"--teacher and --opponent must be one of {', '.join(BASELINES)} (--opponent also self)")
+    if args.battles < 1 or args.epochs < 1 or args.round_sides < 1:
+        raise UserError("--battles, --epochs and --round-sides must be >= 1")
+    print_config(cfg)
+    check_teams(cfg)
+    return run_async(_pretrain(cfg, args))
 
 
 def _eval_opponents(args) -> list[str]:
@@ -501,6 +526,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue from a checkpoint (default: <run_dir>/latest.pt)")
     _add_config_flags(tr)
     tr.set_defaults(func=cmd_train)
+
+    pt = sub.add_parser("pretrain", help="behaviour cloning from a baseline's decisions: a warm start for train")
+    pt.add_argument("--teacher", default="heuristics", help="the baseline whose decisions are cloned "
+                    "(random | max_power | heuristics; default heuristics)")
+    pt.add_argument("--opponent", default="self", help="whom the teacher plays: self (both sides recorded) "
+                    "or a baseline")
+    pt.add_argument("--battles", type=int, default=2000)
+    pt.add_argument("--epochs", type=int, default=2, help="passes over each round of battles")
+    pt.add_argument("--round-sides", type=int, default=256,
+                    help="battle sides per round: fitted while the next round is played")
+    pt.add_argument("--out", default=None, help="checkpoint path (default <run_dir>/pretrained.pt)")
+    _add_config_flags(pt, skip=("--opponent",))
+    pt.set_defaults(func=cmd_pretrain)
 
     ev = sub.add_parser("eval", help="win rate (95%% CI) of a checkpoint against a baseline or checkpoint")
     ev.add_argument("--checkpoint", required=True)

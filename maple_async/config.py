@@ -154,6 +154,10 @@ class TrainConfig:
                                choices=("pfsp", "recent", "uniform"))
     checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
     run_dir: str = key("runs/default", "run folder: config, metrics.csv, tb/, checkpoints")
+    init: Optional[str] = key(None, "start from this checkpoint's weights (e.g. maple-async pretrain's), "
+                                    "with fresh counters and optimiser")
+    teacher: Optional[str] = key(None, "the baseline the initial weights were cloned from (set from "
+                                       "train.init's checkpoint; eval labels it 'teacher')")
     eval_battles: int = key(0, "at the end of training, battles per eval_opponents baseline; 0: skip",
                             ge=0)
     eval_opponents: str = key("random,max_power,heuristics",

@@ -50,3 +50,16 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     # test.yaml trains on self-play only: random is held out
     assert "[eval] latest.pt vs random (held out): win rate" in e.stdout and "over 12 battles" in e.stdout
     assert "ratings (Bradley-Terry, Elo scale, random = 1000): " in e.stdout
+
+
+def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
+    p = run_cli("pretrain", "--config", "config/test.yaml", "--server", showdown_url, "--teacher", "max_power",
+                "--battles", "12", "--round-sides", "8", "--train.run_dir", str(tmp_path / "bc"))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "[pretrain] round 1 |" in p.stdout and (tmp_path / "bc" / "pretrained.pt").exists()
+    assert "24 battle sides" in p.stdout  # both sides of 12 battles recorded
+    t = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
+                "--train.run_dir", str(tmp_path / "ppo"), "--train.init", str(tmp_path / "bc" / "pretrained.pt"),
+                "--train.total_battles", "16")
+    assert t.returncode == 0, t.stdout[-3000:] + t.stderr[-3000:]
+    assert "initial weights from" in t.stdout and "(cloned from max_power)" in t.stdout

@@ -16,7 +16,7 @@ import numpy as np
 from poke_env.player.battle_order import DefaultBattleOrder
 
 from ..config import BatcherConfig, RewardConfig
-from ..inference.batcher import InferenceBatcher
+from ..inference.batcher import Decision, InferenceBatcher
 from ..inference.hidden import HiddenStates
 from ..obs import encoding as enc
 from ..obs.rewards import RewardTracker
@@ -226,6 +226,34 @@ class Agent:
             stats.bookkeeping_s += (c2 - c1) + (c4 - c3)
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
+        return order
+
+    def imitate(self, battle, opponent: str, order):
+        """Record another player's ``order`` (a teacher's) as this battle side's step, with
+        the same observation, mask and reward as :meth:`choose`; returns the order. An
+        order with no action index (``/choose default``) is played but not recorded."""
+        mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+        state: list = []
+        moves: list = []
+        obs = enc.encode(battle, side_state=state, mask=mask, moves=moves)
+        key = self.key(battle)
+        live = self.live.get(key) or self._begin(key, opponent)
+        live.last_active = time.perf_counter()
+        rqid = (battle.last_request or {}).get("rqid")
+        retry = live.last_rqid is not None and rqid == live.last_rqid
+        if retry and live.recorded:  # the teacher's order was refused: keep its second try
+            live.traj.pop()
+        live.last_rqid, live.recorded = rqid, False
+        reward = 0.0 if retry else live.rewards.step(battle, state)
+        if live.traj is not None and len(live.traj) and not retry:
+            live.traj.rewards[-1] += reward
+        action = enc.order_to_action(battle, order, moves)
+        if action is not None and mask[action] and live.traj is not None:
+            live.traj.append(obs, mask, action, Decision(action, 0.0, 0.0, 0))
+            live.recorded = True
+        self.stats.decisions += 1
+        if action is None or not mask[action]:
+            self.stats.fallbacks += 1  # played, not recorded
         return order
 
     def _begin(self, key: Hashable, opponent: str) -> _Live:

@@ -18,13 +18,21 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from ..pokeenv.players import (PolicyPlayer, close_players, forfeit_unfinished, make_baseline,
-                               player_kwargs, run_id)
+                               make_teacher, player_kwargs, run_id)
 from ..teams import Teams
 from .agent import Agent
 
 log = logging.getLogger("maple_async.match")
 
-Side = Union[Agent, str]  # an agent, or a baseline's name
+@dataclass
+class Teacher:
+    """A baseline that plays while ``agent`` records its decisions (behaviour cloning)."""
+
+    name: str
+    agent: Agent
+
+
+Side = Union[Agent, Teacher, str]  # an agent, a recorded baseline, or a baseline's name
 
 
 class Match:
@@ -57,6 +65,8 @@ class Match:
             if isinstance(side, Agent):
                 return PolicyPlayer(side, label, **fast,
                                     **player_kwargs(url, name, concurrency, battle_format, team))
+            if isinstance(side, Teacher):
+                return make_teacher(side.name, side.agent, label, url, name, concurrency, battle_format, team)
             return make_baseline(side, url, name, concurrency, battle_format, team)
 
         self.me = player(me, labels[0], "a", builders[0])
@@ -64,14 +74,15 @@ class Match:
         if replays is not None:
             self.me.replays = replays
         self.players = [self.me, self.opponent]
-        self.agents = list(dict.fromkeys(s for s in (me, opponent) if isinstance(s, Agent)))
+        self.agents = list(dict.fromkeys(s.agent if isinstance(s, Teacher) else s
+                                         for s in (me, opponent) if isinstance(s, (Agent, Teacher))))
         self.task: Optional[asyncio.Task] = None
         self._watchdog: Optional[asyncio.Task] = None
 
     @property
     def results(self) -> dict:
         """``me``'s wins, losses and ties so far (a baseline side counts finished battles only)."""
-        if isinstance(self.me, PolicyPlayer):
+        if hasattr(self.me, "results"):  # our policy's player or a teacher's
             return self.me.results
         return {"won": 0, "lost": 0, "tied": self.me.n_finished}
 

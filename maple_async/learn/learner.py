@@ -19,6 +19,7 @@ This module does tensor math only; it never touches the network or the event loo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -166,24 +167,14 @@ class Learner:
         net.train()
         ro = Rollout.from_trajectories(trajectories, cfg, self.device, self.features)
         chunks = make_chunks(ro.lengths, cfg.bptt_length)
-        seq_len = max(e - s for _, s, e in chunks)
         epochs = 1 if cfg.algo == "reinforce" else cfg.epochs
         stats = {k: [] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")}
 
-        for _epoch in range(epochs):
-            h_starts = self.chunk_start_hidden(ro)
-            order = torch.randperm(len(chunks), generator=self.generator).tolist()
-            for i in range(0, len(order), cfg.minibatch_sequences):
-                mb = [chunks[j] for j in order[i:i + cfg.minibatch_sequences]]
-                batch = self._gather(ro, mb, seq_len, h_starts)
-                loss, info = self.loss(**batch)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-                info["grad_norm"] = float(grad_norm)
-                for k in stats:
-                    stats[k].append(info[k])
+        for batch in self._minibatches(ro, chunks, epochs):
+            loss, info = self.loss(**batch)
+            info["grad_norm"] = self._step(loss)
+            for k in stats:
+                stats[k].append(info[k])
 
         self.updates += 1
         net.eval()
@@ -200,6 +191,52 @@ class Learner:
         )
         metrics["samples_per_s"] = metrics["steps"] * epochs / metrics["update_s"]
         return metrics
+
+    def _minibatches(self, ro: Rollout, chunks: list, epochs: int):
+        """Per epoch: chunk-start states with the current weights, then the chunks shuffled
+        into padded minibatches of ``ppo.minibatch_sequences`` sequences."""
+        seq_len = max(e - s for _, s, e in chunks)
+        for _epoch in range(epochs):
+            h_starts = self.chunk_start_hidden(ro)
+            order = torch.randperm(len(chunks), generator=self.generator).tolist()
+            for i in range(0, len(order), self.cfg.minibatch_sequences):
+                mb = [chunks[j] for j in order[i:i + self.cfg.minibatch_sequences]]
+                yield self._gather(ro, mb, seq_len, h_starts)
+
+    def _step(self, loss: torch.Tensor) -> float:
+        """One optimiser step on ``loss`` with gradient clipping; returns the gradient norm."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.network.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        return float(grad_norm)
+
+    # -- behaviour cloning ---------------------------------------------------------------
+    def clone(self, trajectories: Sequence, epochs: int = 2, lr: Optional[float] = None) -> dict:
+        """Behaviour cloning on recorded trajectories (a teacher's decisions): maximise the
+        log-probability of each recorded action under the same mask the teacher faced, and
+        fit the value head to the discounted return (``ppo.value_coef``)."""
+        t0 = time.perf_counter()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr if lr is None else lr
+        self.network.train()
+        cfg = dataclasses.replace(self.cfg, algo="reinforce")  # returns: discounted rewards
+        ro = Rollout.from_trajectories(trajectories, cfg, self.device, self.features)
+        stats: dict = {"nll": [], "accuracy": [], "v_loss": [], "grad_norm": []}
+        for b in self._minibatches(ro, make_chunks(ro.lengths, cfg.bptt_length), epochs):
+            logits, values = self.network.forward_sequence(b["obs"], b["h0"], detach_every=cfg.bptt_length)
+            logp_all = torch.log_softmax(masked_logits(logits, b["masks"]), dim=-1)
+            valid = b["valid"].float()
+            nll = masked_mean(-logp_all.gather(-1, b["actions"].unsqueeze(-1)).squeeze(-1), valid)
+            v_loss = 0.5 * masked_mean((values - b["returns"]) ** 2, valid)
+            stats["grad_norm"].append(self._step(nll + cfg.value_coef * v_loss))
+            stats["nll"].append(nll.item())
+            stats["v_loss"].append(v_loss.item())
+            stats["accuracy"].append(masked_mean((logp_all.argmax(-1) == b["actions"]).float(), valid).item())
+        self.network.eval()
+        out = {k: float(np.mean(v)) for k, v in stats.items()}
+        out.update(steps=int(ro.valid.sum()), seconds=time.perf_counter() - t0)
+        return out
 
     def _gather(self, ro: Rollout, mb: list, seq_len: int, h_starts: torch.Tensor) -> dict:
         """Pad the chunks of a minibatch to ``[B, seq_len]``; padding is invalid."""

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from poke_env.battle import Battle, MoveCategory, PokemonType, SideCondition, Status
+from poke_env.battle import Battle, Move, MoveCategory, Pokemon, PokemonType, SideCondition, Status
 from poke_env.battle.field import Field
 from poke_env.battle.weather import Weather
 from poke_env.data import GenData
@@ -726,6 +726,24 @@ def action_to_order(battle: Battle, action: int, moves: Optional[list] = None) -
         return _switch_order(battle, action)
     move = (moves if moves is not None else _move_choices(battle))[(action - 6) % 4]
     return SingleBattleOrder(move, terastallize=22 <= action < 26)
+
+
+def order_to_action(battle: Battle, order: BattleOrder, moves: Optional[list] = None) -> Optional[int]:
+    """The action index of a poke-env order another player chose (a teacher's, for
+    behaviour cloning): the inverse of :func:`action_to_order`; None for an order with no
+    index (``/choose default``, a move the action numbering does not name)."""
+    target = getattr(order, "order", None)
+    if isinstance(target, Pokemon):
+        for i, mon in enumerate(battle.team.values()):
+            if mon is target:
+                return i
+        return None
+    if isinstance(target, Move):
+        choices = moves if moves is not None else _move_choices(battle)
+        for j, move in enumerate(choices[:4]):
+            if move is target or _MOVE_ID(move) == _MOVE_ID(target):
+                return (22 if getattr(order, "terastallize", False) else 6) + j
+    return None
 
 
 # -- team preview ---------------------------------------------------------------------------

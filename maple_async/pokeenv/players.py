@@ -110,6 +110,36 @@ class ForgetfulBaseline:
         forget_later(self, battle)
 
 
+class ImitatedBaseline:
+    """Mixin before a baseline (and after :class:`FastBattles`): the baseline plays, and an
+    :class:`Agent` records each of its decisions as a trajectory step (behaviour cloning's
+    data, with our observation, mask and reward)."""
+
+    agent: "Agent"
+    opponent_name = ""
+
+    def choose_move(self, battle):
+        return self.agent.imitate(battle, self.opponent_name, super().choose_move(battle))
+
+    def _battle_finished_callback(self, battle) -> None:
+        self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
+        self.agent.finished(battle)
+        forget_later(self, battle)
+
+
+def make_teacher(name: str, agent: "Agent", opponent_name: str, server_url: str, account: str,
+                 concurrency: int, battle_format: str, team=None) -> Player:
+    """Baseline ``name`` playing, ``agent`` recording its decisions."""
+    if name not in BASELINES:
+        raise ValueError(f"unknown teacher '{name}' (known: {', '.join(BASELINES)})")
+    cls = type(f"Teacher{BASELINES[name].__name__}", (FastBattles, ImitatedBaseline, BASELINES[name]), {})
+    player = cls(**player_kwargs(server_url, account, concurrency, battle_format, team))
+    player.agent, player.opponent_name = agent, opponent_name
+    player.results = {"won": 0, "lost": 0, "tied": 0}
+    quiet_logger(player)
+    return player
+
+
 def forget_later(player: Player, battle) -> None:
     loop = asyncio.get_running_loop()
     loop.call_later(FORGET_FINISHED_AFTER_S, player.battles.pop, battle.battle_tag, None)

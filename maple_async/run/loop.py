@@ -37,10 +37,12 @@ class LearningLoop:
         self.handle_signals = handle_signals
         self.run_dir = Path(cfg.train.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(cfg.to_yaml())
         self.mix = parse_opponent_mix(cfg.train.opponents)
         est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
         self.learner = Learner(nets.from_config(cfg.network), cfg.ppo, device, total_updates=est_updates)
+        if cfg.train.init and not resume:
+            self._init(cfg.train.init)
+        (self.run_dir / "config.yaml").write_text(cfg.to_yaml())
         self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
         self.league: list[dict] = []  # {"id": update it was taken at, "weights"}, oldest first
         self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
@@ -70,6 +72,16 @@ class LearningLoop:
         self.league_results = {int(k): list(v) for k, v in data.get("league_results", {}).items()}
         self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
                     f"battle sides {self.counters['battles']}, version {self.counters['version']}")
+
+    def _init(self, path: str) -> None:
+        """Weights from ``path`` (a pretrain or training checkpoint); counters, optimiser and
+        league start fresh. The teacher it was cloned from is recorded (``train.teacher``)."""
+        from ..config import from_saved
+        data = ckpt.load(path)
+        ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
+        teacher = data.get("pretrain", {}).get("teacher") or from_saved(data["config"]).train.teacher
+        self.cfg.train.teacher = teacher
+        self._print(f"[train] initial weights from {path}" + (f" (cloned from {teacher})" if teacher else ""))
 
     def save_checkpoint(self, final: bool = False) -> Path:
         payload = {"config": self.cfg.to_dict(), "learner": self.learner.state_dict(),

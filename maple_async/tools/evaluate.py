@@ -157,9 +157,12 @@ class EvalTable:
 
 
 def training_label(opponent: str, train_cfg) -> str:
-    """Whether ``opponent`` was in the checkpoint's training mix ("in training") or not
-    ("held out"); another checkpoint is "checkpoint"."""
+    """Whether ``opponent`` was in the checkpoint's training mix ("in training"), the
+    teacher its weights were cloned from ("teacher (cloned)"), or neither ("held out");
+    another checkpoint is "checkpoint"."""
     from ..config import parse_opponent_mix
     if opponent not in BASELINES:
         return "checkpoint"
-    return "in training" if opponent in parse_opponent_mix(train_cfg.opponents) else "held out"
+    if opponent in parse_opponent_mix(train_cfg.opponents):
+        return "in training"
+    return "teacher (cloned)" if opponent == train_cfg.teacher else "held out"
