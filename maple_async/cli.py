@@ -243,7 +243,8 @@ async def _pretrain(cfg, args) -> int:
     device = setup_process(cfg)
     async with server_for(cfg.server) as server:
         path = await pretrain(cfg, device, server.url, args.teacher, args.battles, opponent=args.opponent,
-                              epochs=args.epochs, round_sides=args.round_sides, out=args.out)
+                              epochs=args.epochs, round_sides=args.round_sides, out=args.out,
+                              max_minutes=args.minutes)
     conf = f" --config {args.config}" if args.config else ""
     print(f"[pretrain] continue with PPO: maple-async train{conf} --train.init {path}")
     return 0
@@ -254,8 +255,8 @@ def cmd_pretrain(args) -> int:
     cfg = load_config(args)
     if args.teacher not in BASELINES or (args.opponent != "self" and args.opponent not in BASELINES):
         raise UserError(f"--teacher and --opponent must be one of {', '.join(BASELINES)} (--opponent also self)")
-    if args.battles < 1 or args.epochs < 1 or args.round_sides < 1:
-        raise UserError("--battles, --epochs and --round-sides must be >= 1")
+    if args.battles < 1 or args.epochs < 1 or args.round_sides < 1 or args.minutes < 0:
+        raise UserError("--battles, --epochs and --round-sides must be >= 1, --minutes >= 0")
     print_config(cfg)
     check_teams(cfg)
     return run_async(_pretrain(cfg, args))
@@ -533,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--opponent", default="self", help="whom the teacher plays: self (both sides recorded) "
                     "or a baseline")
     pt.add_argument("--battles", type=int, default=2000)
+    pt.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes (0: no limit)")
     pt.add_argument("--epochs", type=int, default=2, help="passes over each round of battles")
     pt.add_argument("--round-sides", type=int, default=256,
                     help="battle sides per round: fitted while the next round is played")

@@ -29,9 +29,10 @@ from ..teams import for_config
 
 async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, *, opponent: str = "self",
                    epochs: int = 2, round_sides: int = 256, out: Optional[Path] = None,
-                   quiet: bool = False) -> Path:
+                   max_minutes: float = 0.0, quiet: bool = False) -> Path:
     """Clone ``teacher`` over ``n_battles`` battles against ``opponent`` (``self``: the
-    teacher against itself, both sides recorded); returns the checkpoint's path."""
+    teacher against itself, both sides recorded), or until ``max_minutes`` (battles still
+    running then are dropped); returns the checkpoint's path."""
     say = (lambda m: None) if quiet else (lambda m: print(m, flush=True))
     learner = Learner(nets.from_config(cfg.network), cfg.ppo, device)
     inbox: list = []
@@ -56,10 +57,17 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
     rounds, sides, steps, last = 0, 0, 0, {}
     try:
         while True:
+            out_of_time = bool(max_minutes) and time.perf_counter() - t0 >= 60 * max_minutes
+            if out_of_time and not task.done():
+                say(f"[pretrain] {max_minutes:g} minutes: no new battles")
+                match.halt()  # the battles still running are abandoned, never recorded
             done = task.done()
             if not done and len(inbox) < round_sides:
                 arrived.clear()
-                await asyncio.wait([task, asyncio.ensure_future(arrived.wait())], return_when=asyncio.FIRST_COMPLETED)
+                left = 60 * max_minutes - (time.perf_counter() - t0) if max_minutes else None
+                waiter = asyncio.ensure_future(arrived.wait())
+                await asyncio.wait([task, waiter], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
                 continue
             batch, inbox[:] = list(inbox), []
             if batch:
@@ -71,7 +79,8 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
                     f"steps {steps} | nll {last['nll']:.3f} | teacher's action {last['accuracy']:.1%} "
                     f"(in sample) | v {last['v_loss']:.3f} | fit {last['seconds']:.1f}s")
             if done and not inbox:
-                task.result()  # a failed match raises here
+                if not task.cancelled():
+                    task.result()  # a failed match raises here
                 break
     finally:
         await match.close(close_batchers=True)
