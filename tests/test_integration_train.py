@@ -63,3 +63,7 @@ def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
                 "--train.total_battles", "16")
     assert t.returncode == 0, t.stdout[-3000:] + t.stderr[-3000:]
     assert "initial weights from" in t.stdout and "(cloned from max_power)" in t.stdout
+    e = run_cli("eval", "--checkpoint", str(tmp_path / "bc" / "pretrained.pt"), "--opponents", "max_power,random",
+                "--battles", "4", "--server", showdown_url, "--concurrency", "4")
+    assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
+    assert "vs max_power (teacher (cloned))" in e.stdout and "vs random (held out)" in e.stdout

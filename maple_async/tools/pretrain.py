@@ -89,7 +89,9 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
     info = {"teacher": teacher, "opponent": opponent, "battle_sides": sides, "steps": steps, "rounds": rounds,
             "epochs": epochs, "seconds": seconds, "last": last}
     learner.updates = 0  # PPO counts its own updates
-    ckpt.save(path, {"config": cfg.to_dict(), "learner": learner.state_dict(),
+    saved = cfg.to_dict()  # what eval's labels read: cloned from the teacher, against its opponent
+    saved["train"].update(teacher=teacher, opponents=f"{'self' if opponent == 'self' else opponent}:1.0")
+    ckpt.save(path, {"config": saved, "learner": learner.state_dict(),
                      "counters": {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0},
                      "league": [], "pretrain": info})
     unrecorded = agent.stats.fallbacks
