@@ -449,8 +449,11 @@ async def _outside(cfg, args, label: str):
         session = srv.open_session(cfg, policy, server.url, creds, cfg.runner.concurrency, teams,
                                    args.replays, args.login_url or DEFAULT_LOGIN_URL, label)
         if label == "serve":
-            r = await srv.serve(session, args.battles, cfg.runner.battle_timeout_s)
-            print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T")
+            try:
+                await srv.serve(session, args.battles, cfg.runner.battle_timeout_s)
+            finally:  # Ctrl-C is how a serve without --battles ends: say what it played
+                r = session.player.results
+                print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T", flush=True)
         else:
             r = await srv.ladder(session, args.battles, cfg.runner.battle_timeout_s)
             rating = (f"rating {r['rating']} on the server's {cfg.runner.battle_format} ladder "
