@@ -1,2 +1,3 @@
 """Batched acting: the batching coroutine (:mod:`.batcher`), per-battle recurrent state
-(:mod:`.hidden`) and the network on its device (:mod:`.policy`)."""
+(:mod:`.hidden`), the network on its device (:mod:`.policy`) and league opponents, one
+snapshot per battle (:mod:`.league`)."""

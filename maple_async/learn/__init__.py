@@ -1,2 +1,3 @@
-"""Learning: stateless networks (:mod:`.networks`), recurrent PPO (:mod:`.learner`),
-checkpoint files (:mod:`.checkpoint`) and the run's metrics (:mod:`.metrics`)."""
+"""Learning: stateless networks (:mod:`.networks`), recurrent PPO and behaviour cloning
+(:mod:`.learner`), checkpoint files (:mod:`.checkpoint`) and the run's metrics, CSV and
+TensorBoard (:mod:`.metrics`)."""
