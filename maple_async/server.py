@@ -109,8 +109,8 @@ def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
             prefix.mkdir(parents=True, exist_ok=True)
             if not (prefix / "package.json").exists():
                 (prefix / "package.json").write_text('{"name": "maple-showdown", "private": true}\n')
-            # Optional dependencies (sqlite3 and better-sqlite3 compile native code for about
-            # a minute) serve chat databases and replays upload, which a battle server never uses.
+            # Optional dependencies (sqlite3 and better-sqlite3 build native code) serve chat
+            # databases and other features a battle server never uses.
             with _step(f"installing pokemon-showdown@{SHOWDOWN_VERSION} into {prefix} (npm, once)", quiet):
                 proc = subprocess.run(
                     [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--omit=optional",
