@@ -57,12 +57,12 @@ def test_each_battle_keeps_its_snapshot_until_it_ends():
     rng = np.random.default_rng(0)
     obs, mask = _obs(1, rng)
     h = torch.zeros(1, pol.hidden_dim)
-    pol.act(obs, mask, h, [("battle-a", "p1")])
+    pol.act(obs, mask, h, pol.route([("battle-a", "p1")]))
     # Snapshot 1 leaves the league; battle-a goes on with it, a new battle gets snapshot 2.
     pol.load_state_dict({"snapshots": {2: snapshot(2)}, "probs": {2: 1.0}})
     assert set(pol.policies) == {1, 2}
     obs, mask = _obs(2, rng)
-    pol.act(obs, mask, torch.zeros(2, pol.hidden_dim), [("battle-a", "p1"), ("battle-b", "p1")])
+    pol.act(obs, mask, torch.zeros(2, pol.hidden_dim), pol.route([("battle-a", "p1"), ("battle-b", "p1")]))
     assert pol.assigned == {("battle-a", "p1"): 1, ("battle-b", "p1"): 2}
     pol.release(("battle-a", "p1"))
     assert set(pol.policies) == {2}  # unloaded once no battle uses it
@@ -76,7 +76,7 @@ def test_rows_are_answered_by_their_own_snapshot():
     rng = np.random.default_rng(1)
     obs, mask = _obs(12, rng)
     h = torch.randn(12, pol.hidden_dim)
-    actions, logps, values, new_h = pol.act(obs, mask, h, keys)
+    actions, logps, values, new_h = pol.act(obs, mask, h, pol.route(keys))
     drawn = [pol.assigned[k] for k in keys]
     assert set(drawn) == {1, 2}
     for i, k in enumerate(keys):  # the same as that snapshot alone on that row
@@ -85,7 +85,7 @@ def test_rows_are_answered_by_their_own_snapshot():
         assert torch.allclose(new_h[i], hh[0], atol=1e-5)
 
 
-async def test_the_batcher_hands_a_league_policy_its_keys():
+async def test_the_batcher_routes_a_league_policy_by_battle():
     pol = LeaguePolicy(make_net, rng=random.Random(0))
     pol.load_state_dict({"snapshots": {7: snapshot(7)}, "probs": {7: 1.0}})
     hs = HiddenStates(pol.hidden_dim)
@@ -160,3 +160,24 @@ def test_a_checkpoint_with_the_old_league_format_resumes(tmp_path):
     loop2 = LearningLoop(cfg, "cpu", resume=str(path), quiet=True, handle_signals=False)
     assert [e["id"] for e in loop2.league] == [-2, -1] and all("weights" in e for e in loop2.league)
     assert set(loop2.weights_msg()["league"]["probs"]) == {-2, -1}
+
+
+async def test_snapshots_are_drawn_on_the_loop_thread_when_the_forward_is_offloaded():
+    """Releases and new weights run on the event loop's thread; draws must too, or a draw in
+    the forward thread races a release reading the same table."""
+    import threading
+    pol = LeaguePolicy(make_net, rng=random.Random(0))
+    pol.load_state_dict({"snapshots": {7: snapshot(7)}, "probs": {7: 1.0}})
+    threads = []
+    pick = pol.pick
+    pol.pick = lambda key: (threads.append(threading.get_ident()), pick(key))[1]
+    hs = HiddenStates(pol.hidden_dim)
+    b = InferenceBatcher(pol, hs, live_count=lambda: 2, max_wait_ms=10_000, wait_per_side_ms=0.0,
+                         offload_min_batch=1)  # every forward in the worker thread
+    b.start()
+    obs, mask = _obs(2, np.random.default_rng(3))
+    futs = [b.decide(k, hs.start(k), obs[i], mask[i]) for i, k in enumerate([("t1", "p1"), ("t2", "p1")])]
+    res = await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert all(r.action >= 0 for r in res) and b.stats.failed_batches == 0
+    assert threads and set(threads) == {threading.get_ident()}
+    await b.close()

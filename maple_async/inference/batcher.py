@@ -89,6 +89,9 @@ class InferenceBatcher:
         if max_wait_ms < 0 or wait_per_side_ms < 0 or quiet_gaps < 0 or min_quiet_ms < 0:
             raise ValueError("max_wait_ms, wait_per_side_ms, quiet_gaps and min_quiet_ms must be >= 0")
         self.policy = policy
+        # A policy that acts per battle (the league's) routes each request on this loop's
+        # thread, so its bookkeeping never races the forward pass in the executor.
+        self._route = getattr(policy, "route", None)
         self.hidden = hidden
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
@@ -251,12 +254,12 @@ class InferenceBatcher:
             self._pending_weights = None
             self.policy.load_state_dict(state_dict, version)
 
-    def _act_timed(self, obs, mask, hidden, keys):
+    def _act_timed(self, obs, mask, hidden, routes):
         c0 = time.thread_time()
-        if getattr(self.policy, "keyed", False):  # a policy that acts per battle (the league's)
-            out = self.policy.act(obs, mask, hidden, keys)
-        else:
+        if routes is None:
             out = self.policy.act(obs, mask, hidden)
+        else:
+            out = self.policy.act(obs, mask, hidden, routes)
         return out, time.thread_time() - c0
 
     async def _flush(self, batch: list[_Request], reason: str) -> None:
@@ -269,13 +272,14 @@ class InferenceBatcher:
         hidden = self.hidden.gather(keys, gens)
         version = self.policy.version
         try:
+            routes = self._route(keys) if self._route is not None else None
             if len(batch) >= self.offload_min_batch:
                 loop = asyncio.get_running_loop()
                 c1 = time.thread_time()
-                out, fwd_cpu = await loop.run_in_executor(self._executor, self._act_timed, obs, mask, hidden, keys)
+                out, fwd_cpu = await loop.run_in_executor(self._executor, self._act_timed, obs, mask, hidden, routes)
                 c0 -= fwd_cpu - (time.thread_time() - c1)  # count the worker's CPU, not the wait
             else:
-                out, _ = self._act_timed(obs, mask, hidden, keys)
+                out, _ = self._act_timed(obs, mask, hidden, routes)
             actions, logps, values, new_hidden = out
         except Exception as e:  # a failed forward must not stall every battle
             self.stats.failed_batches += 1

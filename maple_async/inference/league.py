@@ -51,11 +51,11 @@ def league_probs(ids: list[int], results: dict[int, tuple[float, int]], sampling
 
 class LeaguePolicy:
     """Several snapshots behind one batcher. Each battle draws a snapshot at its first
-    request (``keyed``: the batcher passes the requests' keys) and keeps it until
-    :meth:`release`. Weights arrive through :meth:`load_state_dict` as
-    ``{"snapshots": {id: state_dict}, "probs": {id: p}}``, between two batches."""
-
-    keyed = True
+    request and keeps it until :meth:`release`. The batcher calls :meth:`route` on the
+    event loop's thread (where releases and new weights also happen) and hands its answer
+    to :meth:`act`, which may run in the forward thread. Weights arrive through
+    :meth:`load_state_dict` as ``{"snapshots": {id: state_dict}, "probs": {id: p}}``,
+    between two batches."""
 
     def __init__(self, make_network: Callable[[], torch.nn.Module], device="cpu",
                  rng: Optional[random.Random] = None, greedy: bool = False, **policy_kwargs):
@@ -110,19 +110,26 @@ class LeaguePolicy:
         if sid not in self.probs and sid not in self.assigned.values():
             self.policies.pop(sid, None)
 
-    def act(self, obs, mask, hidden: torch.Tensor, keys):
+    def route(self, keys) -> list[InferencePolicy]:
+        """The snapshot's policy for each request's battle (drawn at a battle's first)."""
         if not self.probs and not self.assigned:
             raise RuntimeError("league has no snapshot yet")
-        sids = np.array([self.pick(k) for k in keys])
-        n = len(keys)
+        return [self.policies[self.pick(k)] for k in keys]
+
+    def act(self, obs, mask, hidden: torch.Tensor, routes: list[InferencePolicy]):
+        """Each group of rows through its own snapshot (``routes``: :meth:`route`'s answer)."""
+        n = len(routes)
         actions = np.zeros(n, dtype=np.int64)
         logps = np.zeros(n, dtype=np.float32)
         values = np.zeros(n, dtype=np.float32)
         new_h = hidden.clone() if self.hidden_dim else hidden
-        for sid in np.unique(sids):
-            rows = np.flatnonzero(sids == sid)
+        groups: dict[int, list] = {}
+        for i, policy in enumerate(routes):
+            groups.setdefault(id(policy), [policy, []])[1].append(i)
+        for policy, rows in groups.values():
+            rows = np.asarray(rows)
             idx = torch.from_numpy(rows)
-            a, lp, v, h = self.policies[int(sid)].act(obs[rows], mask[rows], hidden[idx] if self.hidden_dim else hidden)
+            a, lp, v, h = policy.act(obs[rows], mask[rows], hidden[idx] if self.hidden_dim else hidden)
             actions[rows], logps[rows], values[rows] = a, lp, v
             if self.hidden_dim:
                 new_h[idx] = h
