@@ -194,7 +194,7 @@ async def _final_eval(cfg, loop, url: str, device) -> None:
     from .tools.evaluate import EvalTable, training_label
     policy = InferencePolicy(loop.learner.network, device, greedy=False)
     table = EvalTable()
-    for opp in [o.strip() for o in cfg.train.eval_opponents.split(",") if o.strip()]:
+    for opp in config_mod.parse_eval_opponents(cfg.train.eval_opponents):
         res = await _evaluate(cfg, policy, url, opp, cfg.train.eval_battles, device,
                               min(cfg.runner.concurrency, 32))
         table.results.append(("agent", res, training_label(opp, cfg.train)))

@@ -281,10 +281,7 @@ def validate(cfg: Config) -> Config:
         )
     check_battle_format(cfg.runner.battle_format)
     parse_opponent_mix(cfg.train.opponents)
-    bad = [o for o in cfg.train.eval_opponents.split(",") if o.strip() not in ("random", "max_power", "heuristics")]
-    if bad:
-        raise ConfigError(f"config key 'train.eval_opponents' lists random, max_power or heuristics, "
-                          f"got {bad[0].strip()!r}")
+    parse_eval_opponents(cfg.train.eval_opponents)
     return cfg
 
 
@@ -307,7 +304,17 @@ def get_key(cfg: Config, key: str) -> Any:
     return getattr(getattr(cfg, section), name)
 
 
-OPPONENT_KINDS = ("self", "league", "random", "max_power", "heuristics")
+BASELINE_NAMES = ("random", "max_power", "heuristics")  # poke-env's players (pokeenv.players.BASELINES)
+OPPONENT_KINDS = ("self", "league") + BASELINE_NAMES
+
+
+def parse_eval_opponents(spec: str) -> list[str]:
+    """``train.eval_opponents``: a comma list of baselines."""
+    names = [o.strip() for o in spec.split(",")]
+    bad = [o for o in names if o not in BASELINE_NAMES]
+    if bad:
+        raise ConfigError(f"config key 'train.eval_opponents' lists {', '.join(BASELINE_NAMES)}, got {bad[0]!r}")
+    return names
 
 
 def parse_opponent_mix(spec: str) -> dict[str, float]:

@@ -31,6 +31,8 @@ def test_defaults_validate():
     ({"network.attention_heads": 3}, "'network.attention_heads' must divide network.hidden_size"),
     ({"batcher.max_wait_ms": float("inf")}, "'batcher.max_wait_ms' must be a finite number"),
     ({"server.port": 70000}, "'server.port' must be <= 65535"),
+    ({"train.eval_opponents": "random,self"}, "'train.eval_opponents' lists random, max_power, heuristics, got 'self'"),
+    ({"train.league_sampling": "best"}, "'train.league_sampling' must be one of"),
 ])
 def test_bad_values_name_the_key(overrides, needle):
     with pytest.raises(C.ConfigError, match=None) as e:
@@ -117,3 +119,8 @@ def test_shipped_presets_hold_the_heuristic_bot_out_of_training():
     assert len(presets) >= 6
     for path in presets:
         assert "heuristics" not in C.parse_opponent_mix(C.load(path).train.opponents), path
+
+
+def test_baseline_names_are_poke_envs_players():
+    from maple_async.pokeenv.players import BASELINES
+    assert tuple(BASELINES) == C.BASELINE_NAMES

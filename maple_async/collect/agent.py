@@ -131,6 +131,7 @@ class Agent:
                  on_trajectory: Optional[Callable[[Trajectory], None]] = None,
                  name: str = "agent", gamma: float = 0.99):
         self.policy = policy
+        self._release = getattr(policy, "release", None)  # a policy that fixed something per battle
         self.name = name
         self.hidden = HiddenStates(policy.hidden_dim)
         self.batcher = InferenceBatcher(
@@ -192,9 +193,8 @@ class Agent:
         if not enc.any_legal(mask):
             self.stats.fallbacks += 1
             return DefaultBattleOrder()
-        reward = 0.0 if retry else live.rewards.step(battle, state)
-        if live.traj is not None and len(live.traj) and not retry:
-            live.traj.rewards[-1] += reward
+        if not retry:
+            self._credit(live, battle, state)
         if self.hidden.hidden_dim:
             live.hidden_before = self.hidden.get(key)
         c2 = time.thread_time() if timed else 0.0
@@ -244,17 +244,23 @@ class Agent:
         if retry and live.recorded:  # the teacher's order was refused: keep its second try
             live.traj.pop()
         live.last_rqid, live.recorded = rqid, False
-        reward = 0.0 if retry else live.rewards.step(battle, state)
-        if live.traj is not None and len(live.traj) and not retry:
-            live.traj.rewards[-1] += reward
+        if not retry:
+            self._credit(live, battle, state)
         action = enc.order_to_action(battle, order, moves)
-        if action is not None and mask[action] and live.traj is not None:
+        if action is None or not mask[action]:
+            self.stats.fallbacks += 1  # played, not recorded
+        elif live.traj is not None:
             live.traj.append(obs, mask, action, Decision(action, 0.0, 0.0, 0))
             live.recorded = True
         self.stats.decisions += 1
-        if action is None or not mask[action]:
-            self.stats.fallbacks += 1  # played, not recorded
         return order
+
+    @staticmethod
+    def _credit(live: _Live, battle, state: list) -> None:
+        """The reward since the battle side's previous decision, added to that step."""
+        reward = live.rewards.step(battle, state)
+        if live.traj is not None and len(live.traj):
+            live.traj.rewards[-1] += reward
 
     def _begin(self, key: Hashable, opponent: str) -> _Live:
         """A battle side's first decision: its hidden state, reward tracker and (when
@@ -333,9 +339,8 @@ class Agent:
 
     def _end(self, key: Hashable) -> None:
         self.hidden.end(key)
-        release = getattr(self.policy, "release", None)  # a policy that fixed something per battle
-        if release is not None:
-            release(key)
+        if self._release is not None:
+            self._release(key)
         self.batcher.notify()
 
     def touch_live(self) -> None:

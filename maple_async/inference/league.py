@@ -23,10 +23,10 @@ SAMPLING = ("uniform", "recent", "pfsp")
 _RECENT_TAGS = 4096  # finished battles whose snapshot can still be asked for (labels)
 
 
-def league_probs(ids: list[int], results: dict[int, tuple[float, int]], sampling: str) -> dict[int, float]:
+def league_probs(ids: list[int], results: dict, sampling: str) -> dict[int, float]:
     """Probability of drawing each snapshot ``ids`` (oldest first).
 
-    ``results``: the learner's (wins, battles) against each snapshot. ``pfsp``: weight
+    ``results``: the learner's ``(wins, battles)`` pair against each snapshot id. ``pfsp``: weight
     (1 - p)^2 with p the learner's win rate (Laplace-smoothed), so the snapshots it still
     loses to come up most, as in prioritised fictitious self-play; ``recent``: weight
     1, 2, ..., n from oldest to newest; ``uniform``: equal.

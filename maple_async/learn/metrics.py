@@ -33,7 +33,7 @@ class MetricsLog:
                     print(f"[train] TensorBoard: tensorboard --logdir {run_dir / 'tb'}", flush=True)
 
     def write(self, step: int, row: dict) -> None:
-        if self._fields is None or not self._fields:
+        if not self._fields:
             self._fields = list(row)
             with open(self.path, "w", newline="") as f:
                 csv.writer(f).writerow(self._fields)

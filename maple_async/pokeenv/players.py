@@ -85,8 +85,7 @@ class PolicyPlayer(FastBattles, Player):
         return self.agent.preview(battle, self.opponent_name)
 
     def _battle_finished_callback(self, battle) -> None:
-        self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
-        self.agent.finished(battle)
+        settle(self, battle)
         if self.replays is not None:
             self.replays.finished(battle, self.opponent_name)  # "": the opponent's user name
         if self.on_finished is not None:
@@ -122,9 +121,15 @@ class ImitatedBaseline:
         return self.agent.imitate(battle, self.opponent_name, super().choose_move(battle))
 
     def _battle_finished_callback(self, battle) -> None:
-        self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
-        self.agent.finished(battle)
+        settle(self, battle)
         forget_later(self, battle)
+
+
+def settle(player, battle) -> None:
+    """A finished battle of a player an agent drives or records: the result counted, the
+    agent told (its trajectory ends here)."""
+    player.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
+    player.agent.finished(battle)
 
 
 def make_teacher(name: str, agent: "Agent", opponent_name: str, server_url: str, account: str,

@@ -115,9 +115,8 @@ class LearningLoop:
         league = None
         if self.league:
             ids = [e["id"] for e in self.league]
-            results = {k: (v[0], v[1]) for k, v in self.league_results.items()}
             league = {"snapshots": {e["id"]: e["weights"] for e in self.league},
-                      "probs": league_probs(ids, results, self.cfg.train.league_sampling)}
+                      "probs": league_probs(ids, self.league_results, self.cfg.train.league_sampling)}
         return {"weights": self.learner.weights_cpu(), "version": self.counters["version"], "league": league}
 
     # -- the loop --------------------------------------------------------------------------

@@ -88,9 +88,8 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
     path = Path(out) if out else Path(cfg.train.run_dir) / "pretrained.pt"
     info = {"teacher": teacher, "opponent": opponent, "battle_sides": sides, "steps": steps, "rounds": rounds,
             "epochs": epochs, "seconds": seconds, "last": last}
-    learner.updates = 0  # PPO counts its own updates
     saved = cfg.to_dict()  # what eval's labels read: cloned from the teacher, against its opponent
-    saved["train"].update(teacher=teacher, opponents=f"{'self' if opponent == 'self' else opponent}:1.0")
+    saved["train"].update(teacher=teacher, opponents=f"{opponent}:1.0")
     ckpt.save(path, {"config": saved, "learner": learner.state_dict(),
                      "counters": {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0},
                      "league": [], "pretrain": info})
