@@ -68,7 +68,7 @@ def credentials_for(server_url: str, credentials_file: Optional[str], default_us
         creds = Credentials(os.environ[USERNAME_ENV], os.environ.get(PASSWORD_ENV) or None)
     else:
         creds = Credentials(default_username)
-    if not is_loopback(server_url) and (creds.password is None or not (credentials_file or os.environ.get(USERNAME_ENV))):
+    if not is_loopback(server_url) and creds.password is None:  # (the default name has none)
         raise UserError(f"{server_url} is not a loopback server: log in with a registered account "
                         f"({USERNAME_ENV} and {PASSWORD_ENV} in the environment, or --credentials FILE "
                         f"with 'username:' and 'password:' lines)")
