@@ -138,6 +138,25 @@ def test_update_logps_equal_collection_logps(kind):
     assert info["approx_kl"] == pytest.approx(0.0, abs=1e-6) and info["clipfrac"] == 0.0
 
 
+def test_each_minibatch_is_padded_to_its_own_longest_sequence():
+    rng = np.random.default_rng(3)
+    torch.manual_seed(3)
+    cfg = PPOConfig(minibatch_sequences=2, epochs=1)
+    learner = Learner(nets.build("lstm", hidden_size=16), cfg)
+    ro = Rollout.from_trajectories([fake_traj(rng, n) for n in (2, 40, 3, 4, 5, 2)], cfg, "cpu")
+    chunks = make_chunks(ro.lengths, 0)
+    h = learner.chunk_start_hidden(ro)
+    seen, gather = [], learner._gather
+    learner._gather = lambda ro_, mb, seq_len, h_: seen.append(mb) or gather(ro_, mb, seq_len, h_)
+    batches = list(learner._minibatches(ro, chunks, 1))
+    assert len(batches) == 3 and min(b["obs"].shape[1] for b in batches) < 40
+    for mb, batch in zip(seen, batches):
+        assert batch["obs"].shape[1] == max(e - s for _, s, e in mb)  # no column of padding only
+        # the same sequences padded to the update's longest give the same loss
+        wide = gather(ro, mb, max(ro.lengths), h)
+        torch.testing.assert_close(learner.loss(**batch)[0], learner.loss(**wide)[0])
+
+
 @pytest.mark.parametrize("algo,bptt", [("ppo", 0), ("ppo", 4), ("reinforce", 0)])
 def test_update_runs_and_changes_weights(algo, bptt):
     rng = np.random.default_rng(4)

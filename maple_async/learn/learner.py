@@ -194,14 +194,14 @@ class Learner:
 
     def _minibatches(self, ro: Rollout, chunks: list, epochs: int):
         """Per epoch: chunk-start states with the current weights, then the chunks shuffled
-        into padded minibatches of ``ppo.minibatch_sequences`` sequences."""
-        seq_len = max(e - s for _, s, e in chunks)
+        into minibatches of ``ppo.minibatch_sequences`` sequences, each padded to its own
+        longest (not the update's: battle lengths are skewed, and every padded step costs)."""
         for _epoch in range(epochs):
             h_starts = self.chunk_start_hidden(ro)
             order = torch.randperm(len(chunks), generator=self.generator).tolist()
             for i in range(0, len(order), self.cfg.minibatch_sequences):
                 mb = [chunks[j] for j in order[i:i + self.cfg.minibatch_sequences]]
-                yield self._gather(ro, mb, seq_len, h_starts)
+                yield self._gather(ro, mb, max(e - s for _, s, e in mb), h_starts)
 
     def _step(self, loss: torch.Tensor) -> float:
         """One optimiser step on ``loss`` with gradient clipping; returns the gradient norm."""
