@@ -153,6 +153,13 @@ class TrainConfig:
                                        "learner beats least, (1-p)^2), recent (newer likelier) or uniform",
                                choices=("pfsp", "recent", "uniform"))
     checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
+    keep_checkpoints: int = key(3, "full checkpoints (weights, optimiser, league: ~16 MB at the default "
+                                   "size) kept in <run_dir>/checkpoints, the newest; latest.pt is "
+                                   "always written", gt=0)
+    snapshot_minutes: float = key(5.0, "a weights-only snapshot (config, network, counters: ~2 MB) "
+                                       "every this many minutes of training, all kept "
+                                       "(<run_dir>/checkpoints/weights_*.pt: maple-async curve and eval "
+                                       "read them); 0: none", ge=0)
     run_dir: str = key("runs/default", "run folder: config, metrics.csv, tb/, checkpoints")
     init: Optional[str] = key(None, "start from this checkpoint's weights (e.g. maple-async pretrain's), "
                                     "with fresh counters and optimiser")

@@ -114,3 +114,39 @@ async def test_collection_holds_still_while_the_learner_is_behind(tmp_path):
     tp = ScriptedTransport(total=1000, per_wait=5, rng=np.random.default_rng(2))  # keeping up
     await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
     assert tp.pauses == []
+
+
+def test_checkpoints_keep_the_newest_and_a_weights_snapshot_per_period(tmp_path):
+    import pytest
+    import torch
+
+    from maple_async.learn.checkpoint import CheckpointError
+    from maple_async.tools.evaluate import policy_from_checkpoint
+
+    cfg = _cfg(tmp_path, **{"train.keep_checkpoints": 2, "train.snapshot_minutes": 1.0})
+    loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+    folder = tmp_path / "run" / "checkpoints"
+    for upd, seconds in [(1, 10), (2, 50), (3, 70), (4, 100), (5, 110)]:
+        loop.learner.updates, loop.counters["seconds"] = upd, float(seconds)
+        loop.save_checkpoint(final=upd == 5)
+    names = sorted(p.name for p in folder.iterdir())
+    # full: the newest two; weights: the first of each minute (0-59 s: 1, 60-119 s: 3) and the end
+    assert names == ["ckpt_000004.pt", "ckpt_000005.pt", "weights_000001.pt", "weights_000003.pt",
+                     "weights_000005.pt"]
+    data = torch.load(folder / "weights_000003.pt", weights_only=True)
+    assert set(data["learner"]) == {"network", "updates"} and data["counters"]["seconds"] == 70.0
+    policy, saved = policy_from_checkpoint(str(folder / "weights_000003.pt"), "cpu")
+    assert saved.train.keep_checkpoints == 2
+    with pytest.raises(CheckpointError, match="--train.init"):
+        LearningLoop(cfg, "cpu", resume=str(folder / "weights_000003.pt"), quiet=True, handle_signals=False)
+    again = LearningLoop(_cfg(tmp_path / "b", **{"train.init": str(folder / "weights_000003.pt")}), "cpu",
+                         quiet=True, handle_signals=False)
+    w = torch.load(folder / "weights_000003.pt", weights_only=True)["learner"]["network"]
+    assert all(torch.equal(v, w[k]) for k, v in again.learner.network.state_dict().items())
+    # a resumed run does not snapshot again in the period it resumed in
+    resumed = LearningLoop(cfg, "cpu", resume=str(folder / "ckpt_000005.pt"), quiet=True, handle_signals=False)
+    resumed.learner.updates += 1
+    resumed.counters["seconds"] = 115.0
+    resumed.save_checkpoint()
+    assert not (folder / "weights_000006.pt").exists() and (folder / "ckpt_000006.pt").exists()
+    assert not (folder / "ckpt_000004.pt").exists()

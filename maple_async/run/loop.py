@@ -48,6 +48,9 @@ class LearningLoop:
         self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
         if resume:
             self._resume(resume)
+        # the training-time slot of the last weights-only snapshot (one per snapshot_minutes)
+        period = cfg.train.snapshot_minutes * 60.0
+        self._snapshot_slot = int(self.counters["seconds"] // period) if resume and period > 0 else -1
         self.metrics = MetricsLog(self.run_dir, cfg.train.tensorboard, quiet=quiet)
         self.transport = None
         self.backlog: list = []  # finished trajectories not trained on yet
@@ -63,6 +66,9 @@ class LearningLoop:
     # -- checkpoints -----------------------------------------------------------------------
     def _resume(self, path: str) -> None:
         data = ckpt.load(path)
+        if "optimizer" not in data["learner"]:
+            raise ckpt.CheckpointError(f"{path} is a weights-only snapshot (no optimiser or league): "
+                                       f"start a new run from its weights with --train.init {path}")
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         self.learner.load_state_dict(data["learner"])
         self.counters.update(data["counters"])
@@ -84,12 +90,26 @@ class LearningLoop:
         self._print(f"[train] initial weights from {path}" + (f" (cloned from {teacher})" if teacher else ""))
 
     def save_checkpoint(self, final: bool = False) -> Path:
-        payload = {"config": self.cfg.to_dict(), "learner": self.learner.state_dict(),
-                   "counters": dict(self.counters), "league": self.league,
-                   "league_results": self.league_results}
+        """``latest.pt`` and ``checkpoints/ckpt_N.pt`` (the newest ``train.keep_checkpoints``
+        kept), and a weights-only ``checkpoints/weights_N.pt`` once per
+        ``train.snapshot_minutes`` of training and at the end (all kept: the run's history)."""
+        state = self.learner.state_dict()
+        payload = {"config": self.cfg.to_dict(), "learner": state, "counters": dict(self.counters),
+                   "league": self.league, "league_results": self.league_results}
         upd = self.learner.updates
-        path = ckpt.save(self.run_dir / "checkpoints" / f"ckpt_{upd:06d}.pt", payload)
+        folder = self.run_dir / "checkpoints"
+        path = ckpt.save(folder / f"ckpt_{upd:06d}.pt", payload)
         ckpt.save(self.run_dir / "latest.pt", payload)
+        period = self.cfg.train.snapshot_minutes * 60.0
+        if period > 0:
+            slot = int(self.counters["seconds"] // period)
+            if final or slot > self._snapshot_slot:
+                self._snapshot_slot = slot
+                ckpt.save(folder / f"weights_{upd:06d}.pt",
+                          {"config": payload["config"], "counters": payload["counters"],
+                           "learner": {"network": state["network"], "updates": upd}})
+        for old in sorted(folder.glob("ckpt_*.pt"))[:-self.cfg.train.keep_checkpoints]:
+            old.unlink(missing_ok=True)
         if final:
             self._print(f"[train] final checkpoint: {self.run_dir / 'latest.pt'} (update {upd})")
         return path
