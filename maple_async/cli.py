@@ -262,8 +262,12 @@ def cmd_pretrain(args) -> int:
     return run_async(_pretrain(cfg, args))
 
 
+def _list(text: str) -> list[str]:
+    return [o.strip() for o in text.split(",") if o.strip()]
+
+
 def _eval_opponents(args) -> list[str]:
-    return [o.strip() for o in (args.opponents or args.opponent).split(",") if o.strip()]
+    return _list(args.opponents or args.opponent)
 
 
 async def _eval(cfg, args) -> int:
@@ -403,6 +407,67 @@ def cmd_bench(args) -> int:
 
 
 # -- report ---------------------------------------------------------------------------
+
+async def _curve(cfg, args, run_dir: Path, points: list) -> int:
+    from .learn.metrics import MetricsLog
+    from .server import server_for
+    from .tools import curve
+    from .tools.evaluate import policy_from_checkpoint, training_label
+
+    device = setup_process(cfg)
+    opponents = _list(args.opponents)
+    out = run_dir / "curve.csv"
+    rows = curve.read_rows(out)
+    todo = [(p, o) for p in points for o in opponents if not curve.done(rows, p.update, o, args.battles)]
+    print(f"[curve] {len(points)} checkpoints x {len(opponents)} opponents, {args.battles} battles each: "
+          f"{len(todo)} to play ({len(points) * len(opponents) - len(todo)} already in {out})", flush=True)
+    tb = MetricsLog(run_dir, cfg.train.tensorboard, quiet=True) if todo else None
+    try:
+        async with server_for(cfg.server) as server:
+            for p, o in todo:
+                policy, ckpt_cfg = policy_from_checkpoint(str(p.path), device, greedy=args.greedy)
+                res = await _evaluate(cfg, policy, server.url, o, args.battles, device, cfg.runner.concurrency)
+                label = training_label(o, ckpt_cfg.train)
+                rows.append(curve.row_of(p, res, label))
+                curve.append_row(out, rows[-1])
+                if tb is not None:
+                    tb.scalars(p.update, {f"curve/{o}": res.win_rate})
+                print(f"[curve] update {p.update} ({p.minutes:.1f} min, {p.sides} sides) vs {o} ({label}): "
+                      f"{res.summary()}", flush=True)
+    finally:
+        if tb is not None:
+            tb.close()
+    chosen = {p.update for p in points}
+    print("\n".join("[curve] " + line for line in curve.table(
+        [r for r in rows if int(r["update"]) in chosen and r["opponent"] in opponents])))
+    print(f"[curve] {out}; drawn by maple-async report {run_dir}")
+    return 0
+
+
+def cmd_curve(args) -> int:
+    from .tools import curve
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a folder (give a training run folder, e.g. runs/default)")
+    if args.config is None and (run_dir / "config.yaml").exists():
+        args.config = str(run_dir / "config.yaml")  # the run's format, teams and battle options
+    cfg = load_config(args)
+    if args.battles < 1 or args.points < 1:
+        raise UserError("--battles and --points must be >= 1")
+    from .pokeenv.players import BASELINES
+    if not _list(args.opponents):
+        raise UserError("--opponents lists no opponent")
+    for o in _list(args.opponents):
+        if o not in BASELINES:
+            raise UserError(f"--opponents must list {', '.join(BASELINES)}; got {o!r}")
+    try:
+        minutes = [float(m) for m in args.minutes.split(",")] if args.minutes else None
+    except ValueError:
+        raise UserError(f"--minutes takes a comma list of numbers, e.g. 30,60,120; got {args.minutes!r}") from None
+    points = curve.select(curve.saved_points(run_dir), minutes, args.points)
+    check_teams(cfg)
+    return run_async(_curve(cfg, args, run_dir, points))
+
 
 def cmd_report(args) -> int:
     from .tools.report import write
@@ -594,6 +659,21 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("--battles", type=int, default=10)
     _add_outside_flags(ld, concurrency=1)
     ld.set_defaults(func=cmd_ladder)
+
+    cu = sub.add_parser("curve", help="evaluate a run's saved checkpoints against baselines: win rate by "
+                                      "training minutes and battle sides (RUN_DIR/curve.csv)")
+    cu.add_argument("run_dir", help="a training run folder (train.run_dir)")
+    cu.add_argument("--opponents", default="heuristics",
+                    help="comma list of random | max_power | heuristics (each labelled held out / in "
+                         "training from the run's mix)")
+    cu.add_argument("--points", type=int, default=6,
+                    help="checkpoints spread evenly over the run's training time, the last included")
+    cu.add_argument("--minutes", default=None,
+                    help="instead: the checkpoints nearest these minutes of training, e.g. 30,60,120")
+    cu.add_argument("--battles", type=int, default=300, help="battles per checkpoint and opponent")
+    cu.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as in training)")
+    _add_config_flags(cu, skip=("--opponent",))
+    cu.set_defaults(func=cmd_curve)
 
     rp = sub.add_parser("report", help="draw a run's learning curves and evaluation table (PNG or HTML)")
     rp.add_argument("run_dir", help="a training run folder (train.run_dir)")

@@ -44,6 +44,17 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     rows2 = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert int(rows2[-1]["update"]) > int(rows[-1]["update"])
 
+    # The run's history: weights snapshots at its start and ends, played again by curve.
+    assert len(list((run_dir / "checkpoints").glob("weights_*.pt"))) >= 2
+    for done in (0, 2):
+        c = run_cli("curve", str(run_dir), "--minutes", "0,100", "--opponents", "random", "--battles", "6",
+                    "--server", showdown_url)
+        assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-3000:]
+        assert f"{2 - done} to play ({done} already in" in c.stdout
+    curve_rows = list(csv.DictReader(open(run_dir / "curve.csv")))
+    assert len(curve_rows) == 2 and {r["label"] for r in curve_rows} == {"held out"}
+    assert int(curve_rows[0]["update"]) < int(curve_rows[1]["update"]) == int(rows2[-1]["update"])
+
     e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "random",
                 "--battles", "12", "--server", showdown_url, "--concurrency", "12")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]

@@ -172,3 +172,60 @@ def test_report_cli_error_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "maple_async.cli", "report", str(tmp_path)],
                        capture_output=True, text=True, env={**os.environ})
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no metrics.csv" in p.stderr
+
+
+# -- maple-async curve: which checkpoints, what is kept -----------------------------------
+
+def _saved(run_dir, names):
+    """Tiny stand-in checkpoint files (only their names and metrics.csv times are read)."""
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for n in names:
+        (run_dir / "checkpoints" / n).write_bytes(b"x")
+
+
+def test_curve_points_take_times_from_metrics_and_prefer_weights_files(tmp_path):
+    from maple_async.tools import curve
+    _fake_run(tmp_path / "run", n=60)  # update u: 64u sides, 10u seconds
+    _saved(tmp_path / "run", ["ckpt_000058.pt", "ckpt_000060.pt", "weights_000006.pt", "weights_000036.pt",
+                              "weights_000060.pt", "notes.txt"])
+    pts = curve.saved_points(tmp_path / "run")
+    assert [(p.update, p.path.name, p.sides, p.seconds) for p in pts] == [
+        (6, "weights_000006.pt", 384, 60.0), (36, "weights_000036.pt", 2304, 360.0),
+        (58, "ckpt_000058.pt", 3712, 580.0), (60, "weights_000060.pt", 3840, 600.0)]
+    # evenly over 600 s: 300 -> 36 (360), 600 -> 60; the last always in
+    assert [p.update for p in curve.select(pts, n_points=2)] == [36, 60]
+    assert [p.update for p in curve.select(pts, minutes=[1.0, 9.0])] == [6, 58]
+    with pytest.raises(UserError, match="no checkpoints/"):
+        curve.saved_points(tmp_path)
+
+
+def test_curve_rows_are_kept_and_not_played_again(tmp_path):
+    from maple_async.tools import curve
+    from maple_async.tools.evaluate import EvalResult
+    out = tmp_path / "curve.csv"
+    p = curve.Point(36, tmp_path / "weights_000036.pt", 2304, 360.0)
+    curve.append_row(out, curve.row_of(p, EvalResult("heuristics", 300, 180, 120, 0, 30.0), "held out"))
+    curve.append_row(out, curve.row_of(p, EvalResult("random", 100, 99, 1, 0, 9.0), "in training"))
+    rows = curve.read_rows(out)
+    assert [r["opponent"] for r in rows] == ["heuristics", "random"] and rows[0]["minutes"] == "6.0"
+    assert curve.done(rows, 36, "heuristics", 300) and not curve.done(rows, 36, "heuristics", 500)
+    assert not curve.done(rows, 37, "heuristics", 300) and not curve.done(rows, 36, "max_power", 10)
+    lines = curve.table(rows)
+    assert "heuristics (held out)" in lines[0] and lines[1].split()[:3] == ["36", "6.0", "2304"]
+    assert "0.600 (0.544-0.654) n=300" in lines[1]
+
+
+def test_report_draws_the_curve_points(tmp_path):
+    from maple_async.tools import curve
+    from maple_async.tools.evaluate import EvalResult
+    _fake_run(tmp_path / "run")
+    for u, wins in [(20, 120), (40, 150), (60, 190)]:
+        curve.append_row(tmp_path / "run" / "curve.csv", curve.row_of(
+            curve.Point(u, tmp_path / f"weights_{u:06d}.pt", 64 * u, 10.0 * u),
+            EvalResult("heuristics", 300, wins, 300 - wins, 0, 30.0), "held out"))
+    fig, _, _ = report.draw(tmp_path / "run")
+    ax = fig.axes[0]
+    assert "curve vs heuristics (held out)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(list(line.get_xdata()) == [1280.0, 2560.0, 3840.0] for line in ax.lines)
+    text = report.write(tmp_path / "run", str(tmp_path / "r.html")).read_text()
+    assert "maple-async curve" in text and "0.633 (" in text

@@ -74,6 +74,15 @@ def smooth(y: np.ndarray, frac: float = 0.04) -> np.ndarray:
         return np.where(den > 0, num / den, np.nan)
 
 
+def _read_curve(run_dir: Path) -> list[dict]:
+    """``curve.csv`` rows (``maple-async curve``), or none."""
+    from .curve import read_rows
+    try:
+        return [r for r in read_rows(run_dir / "curve.csv") if r.get("win_rate") not in (None, "")]
+    except (OSError, csv.Error):
+        return []
+
+
 def _read_json(path: Path) -> Optional[dict]:
     try:
         return json.loads(path.read_text())
@@ -127,6 +136,14 @@ def draw(run_dir: Path):
                         fmt="D", color="black" if r["label"] == "held out" else colors[(opps.index(r["opponent"])
                         if r["opponent"] in opps else j) % len(colors)], capsize=3, ms=5,
                         label=f"eval vs {r['opponent']} ({r['label']})")
+    curve = _read_curve(run_dir)
+    for j, opp in enumerate(dict.fromkeys(r["opponent"] for r in curve)):  # maple-async curve's points
+        pts = sorted((float(r["battle_sides"]), float(r["win_rate"]), float(r["ci_low"]), float(r["ci_high"]),
+                      r["label"]) for r in curve if r["opponent"] == opp)
+        cx, cy, clo, chi, labels = zip(*pts)
+        color = "black" if labels[-1] == "held out" else colors[(opps.index(opp) if opp in opps else j) % len(colors)]
+        ax.errorbar(cx, cy, yerr=[np.subtract(cy, clo), np.subtract(chi, cy)], fmt="s--", color=color, capsize=3,
+                    ms=4, lw=1, label=f"curve vs {opp} ({labels[-1]})")
     ax.set(title=f"training win rate per opponent (95% CI, >= {MIN_GAMES_PER_POINT} battles a point)",
            xlabel="battle sides", ylabel="win rate", ylim=(0, 1))
     ax.axhline(0.5, color="grey", lw=0.5)
@@ -212,6 +229,11 @@ def _html(run_dir: Path, png_b64: str, ev: Optional[dict], cfg_text: str) -> str
             for r in ev.get("results", []))
         rows = ("<h2>Evaluation</h2><table border=1 cellpadding=4><tr><th>player</th><th>opponent</th>"
                 "<th>in training?</th><th>win rate</th><th>95% CI</th><th>battles</th></tr>" + rows + "</table>")
+    curve = _read_curve(run_dir)
+    if curve:
+        from .curve import table
+        rows += ("<h2>Checkpoints against baselines (maple-async curve)</h2><pre>"
+                 + html.escape("\n".join(table(curve))) + "</pre>")
     return (f"<!DOCTYPE html><meta charset='utf-8'><title>maple-async report: {html.escape(run_dir.name)}</title>"
             f"<h1>{html.escape(str(run_dir))}</h1><img src='data:image/png;base64,{png_b64}' style='max-width:100%'>"
             f"{rows}<h2>Config</h2><pre>{html.escape(cfg_text)}</pre>\n")

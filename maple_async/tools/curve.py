@@ -1,0 +1,135 @@
+"""``maple-async curve RUN_DIR``: a run's saved checkpoints evaluated against baselines, as a
+learning curve by training minutes and battle sides (``RUN_DIR/curve.csv``, TensorBoard
+``curve/<opponent>``, drawn by ``maple-async report``).
+
+The training metrics only show opponents in the mix; this is how a held-out opponent's
+win rate is followed through a run, and how two runs are compared at equal wall time or
+at equal battle counts. Points already in ``curve.csv`` are not played again."""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UserError
+from ..learn import checkpoint as ckpt
+
+FIELDS = ["update", "battle_sides", "minutes", "opponent", "label", "battles", "wins", "losses", "ties",
+          "win_rate", "ci_low", "ci_high", "checkpoint"]
+_NAME = re.compile(r"^(ckpt|weights)_(\d+)\.pt$")
+
+
+@dataclass
+class Point:
+    update: int
+    path: Path
+    sides: int
+    seconds: float
+
+    @property
+    def minutes(self) -> float:
+        return self.seconds / 60.0
+
+
+def _metrics_times(run_dir: Path) -> dict[int, tuple[int, float]]:
+    """update -> (battle sides, training seconds) from ``metrics.csv``."""
+    out: dict[int, tuple[int, float]] = {}
+    path = run_dir / "metrics.csv"
+    if path.exists():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                try:
+                    out[int(row["update"])] = (int(float(row["battles"])), float(row["time_s"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+    return out
+
+
+def saved_points(run_dir: Path) -> list[Point]:
+    """Every saved checkpoint of the run (weights-only snapshots preferred: smaller to read),
+    by update, with its battle sides and training time."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        raise UserError(f"{run_dir} has no checkpoints/ folder: give a training run folder (train.run_dir)")
+    files: dict[int, Path] = {}
+    for p in sorted(folder.iterdir()):
+        m = _NAME.match(p.name)
+        if m and (m.group(1) == "weights" or int(m.group(2)) not in files):
+            files[int(m.group(2))] = p
+    times = _metrics_times(run_dir)
+    points = []
+    for upd, path in sorted(files.items()):
+        if upd in times:
+            sides, seconds = times[upd]
+        else:
+            counters = ckpt.load(path)["counters"]
+            sides, seconds = int(counters["battles"]), float(counters["seconds"])
+        points.append(Point(upd, path, sides, seconds))
+    if not points:
+        raise UserError(f"{folder} holds no checkpoints (ckpt_*.pt or weights_*.pt)")
+    return points
+
+
+def select(points: list[Point], minutes: Optional[list[float]] = None, n_points: int = 6) -> list[Point]:
+    """The checkpoints nearest to each of ``minutes`` of training, or to ``n_points`` times
+    spread evenly over the run (the last always included); in update order, no repeats."""
+    end = points[-1].seconds
+    targets = [m * 60.0 for m in minutes] if minutes else [end * (k + 1) / n_points for k in range(n_points)]
+    chosen = {min(points, key=lambda p: (abs(p.seconds - t), -p.update)).update for t in targets}
+    if not minutes:
+        chosen.add(points[-1].update)
+    return [p for p in points if p.update in chosen]
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def append_row(path: Path, row: dict) -> None:
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+def done(rows: list[dict], update: int, opponent: str, battles: int) -> bool:
+    """Whether ``curve.csv`` already has this point with at least ``battles`` battles."""
+    return any(int(r["update"]) == update and r["opponent"] == opponent and int(r["battles"]) >= battles
+               for r in rows)
+
+
+def row_of(point: Point, res, label: str) -> dict:
+    lo, hi = res.ci95
+    return {"update": point.update, "battle_sides": point.sides, "minutes": round(point.minutes, 2),
+            "opponent": res.opponent, "label": label, "battles": res.battles, "wins": res.wins,
+            "losses": res.losses, "ties": res.ties, "win_rate": round(res.win_rate, 4),
+            "ci_low": round(lo, 4), "ci_high": round(hi, 4), "checkpoint": point.path.name}
+
+
+def table(rows: list[dict]) -> list[str]:
+    """One line per checkpoint, one column per opponent: win rate (95% CI)."""
+    opps = list(dict.fromkeys(r["opponent"] for r in rows))
+    labels = {r["opponent"]: r["label"] for r in rows}
+    by = {(int(r["update"]), r["opponent"]): r for r in rows}
+    ups = sorted({int(r["update"]) for r in rows})
+    head = f"{'update':>7} {'minutes':>8} {'sides':>8}  " + "  ".join(
+        f"{o + ' (' + labels[o] + ')':<28}" for o in opps)
+    out = [head]
+    for u in ups:
+        first = next(r for (uu, _), r in by.items() if uu == u)
+        cells = []
+        for o in opps:
+            r = by.get((u, o))
+            cells.append(f"{float(r['win_rate']):.3f} ({float(r['ci_low']):.3f}-{float(r['ci_high']):.3f}) "
+                         f"n={r['battles']}" if r else "-")
+        out.append(f"{u:>7} {float(first['minutes']):>8.1f} {int(first['battle_sides']):>8}  "
+                   + "  ".join(f"{c:<28}" for c in cells))
+    return out
