@@ -63,11 +63,12 @@ def test_padding_is_masked_out_of_every_loss_term(bptt):
     h = learner.chunk_start_hidden(ro)
     batch = learner._gather(ro, chunks, seq_len, h)
     _, info = learner.loss(**batch)
-    # Poison every padded position: no loss term may change.
+    # Observations come for the real steps only; poison every other padded input: no loss
+    # term may change.
+    assert batch["obs"].shape[0] == int(batch["valid"].sum())
     pad = ~batch["valid"]
     assert pad.any()
     poisoned = dict(batch)
-    poisoned["obs"] = batch["obs"].masked_fill(pad[..., None], 1e3)
     poisoned["advantages"] = batch["advantages"].masked_fill(pad, 1e6)
     poisoned["returns"] = batch["returns"].masked_fill(pad, -1e6)
     poisoned["old_logps"] = batch["old_logps"].masked_fill(pad, 50.0)
@@ -130,7 +131,7 @@ def test_update_logps_equal_collection_logps(kind):
     chunks = make_chunks(ro.lengths, 0)
     batch = learner._gather(ro, chunks, max(ro.lengths), learner.chunk_start_hidden(ro))
     with torch.no_grad():
-        logits, _ = net.forward_sequence(batch["obs"], batch["h0"])
+        logits, _ = net.forward_sequence(batch["obs"], batch["h0"], valid=batch["valid"])
         logp = torch.log_softmax(nets.masked_logits(logits, batch["masks"]), -1)
         new = logp.gather(-1, batch["actions"][..., None]).squeeze(-1)
     torch.testing.assert_close(new[batch["valid"]], batch["old_logps"][batch["valid"]], rtol=1e-5, atol=1e-5)
@@ -149,9 +150,9 @@ def test_each_minibatch_is_padded_to_its_own_longest_sequence():
     seen, gather = [], learner._gather
     learner._gather = lambda ro_, mb, seq_len, h_: seen.append(mb) or gather(ro_, mb, seq_len, h_)
     batches = list(learner._minibatches(ro, chunks, 1))
-    assert len(batches) == 3 and min(b["obs"].shape[1] for b in batches) < 40
+    assert len(batches) == 3 and min(b["valid"].shape[1] for b in batches) < 40
     for mb, batch in zip(seen, batches):
-        assert batch["obs"].shape[1] == max(e - s for _, s, e in mb)  # no column of padding only
+        assert batch["valid"].shape[1] == max(e - s for _, s, e in mb)  # no column of padding only
         # the same sequences padded to the update's longest give the same loss
         wide = gather(ro, mb, max(ro.lengths), h)
         torch.testing.assert_close(learner.loss(**batch)[0], learner.loss(**wide)[0])
@@ -254,3 +255,27 @@ def test_policy_gradient_sign(algo, sign):
         (logits, _), _ = net(torch.from_numpy(obs), torch.zeros(1, net.hidden_dim))
         after = torch.log_softmax(nets.masked_logits(logits, torch.from_numpy(mask)), -1)[0, 7].item()
     assert (after - before) * sign > 1e-4, (before, after)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "lstm", "attention"])
+def test_real_steps_only_give_the_padded_forward(kind):
+    """forward_sequence on the real steps (valid=) equals the padded forward there, and its
+    gradients equal the padded one's when padding is masked out of the loss."""
+    torch.manual_seed(5)
+    net = nets.build(kind, hidden_size=16)
+    x = torch.randn(3, 6, enc.OBS_DIM)
+    valid = torch.arange(6)[None, :] < torch.tensor([6, 2, 4])[:, None]
+    x = x * valid[..., None]
+    h0 = net.initial_hidden(3)
+    la, va = net.forward_sequence(x, h0)
+    lb, vb = net.forward_sequence(x[valid], h0, valid=valid)
+    torch.testing.assert_close(la[valid], lb[valid], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(va[valid], vb[valid], rtol=1e-5, atol=1e-5)
+    assert not lb[~valid].any() and not vb[~valid].any()
+    grads = []
+    for logits, values in ((la, va), (lb, vb)):
+        net.zero_grad()
+        ((logits.sum(-1) + values) * valid).sum().backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in net.parameters() if p.grad is not None])
+    for ga, gb in zip(*grads):
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-5)

@@ -68,9 +68,12 @@ def make_chunks(lengths: Sequence[int], bptt_length: int) -> list[tuple[int, int
 
 @dataclass
 class Rollout:
-    """Finished battles padded to ``[N, T_max]``; ``valid`` marks real steps."""
+    """Finished battles: observations as their real steps only (``obs_flat [S, obs_dim]``,
+    battle ``i`` from row ``offsets[i]``), the rest padded to ``[N, T_max]``; ``valid``
+    marks real steps."""
 
-    obs: torch.Tensor
+    obs_flat: torch.Tensor
+    offsets: torch.Tensor
     masks: torch.Tensor
     actions: torch.Tensor
     logps: torch.Tensor
@@ -80,22 +83,33 @@ class Rollout:
     valid: torch.Tensor
     lengths: list
 
+    @property
+    def obs(self) -> torch.Tensor:
+        """Padded ``[N, T_max, obs_dim]`` (zeros at padding): truncated BPTT's chunk starts."""
+        out = self.obs_flat.new_zeros(*self.valid.shape, self.obs_flat.shape[-1])
+        out[self.valid] = self.obs_flat
+        return out
+
+    def rows(self, chunks: Sequence) -> torch.Tensor:
+        """Rows of ``obs_flat`` for ``(battle, start, end)`` chunks, in order."""
+        return torch.cat([torch.arange(s, e, device=self.obs_flat.device) + self.offsets[b] for b, s, e in chunks])
+
     @classmethod
     def from_trajectories(cls, trajs: Sequence, cfg: PPOConfig, device, features: Features = derive) -> "Rollout":
         """``features``: the acting policy's step on observations (see
-        :class:`~maple_async.inference.policy.InferencePolicy`), applied to the padded batch."""
+        :class:`~maple_async.inference.policy.InferencePolicy`), applied to the real steps."""
         arrs = [t.arrays() if hasattr(t, "arrays") else t for t in trajs]
         lengths = [len(a["actions"]) for a in arrs]
         n, t_max = len(arrs), max(lengths)
-        obs_dim, n_act = arrs[0]["obs"].shape[1], arrs[0]["masks"].shape[1]
-        obs = np.zeros((n, t_max, obs_dim), np.float32)
+        n_act = arrs[0]["masks"].shape[1]
+        obs = np.ascontiguousarray(np.concatenate([a["obs"] for a in arrs]), dtype=np.float32)
         masks = np.ones((n, t_max, n_act), bool)  # padding: all legal (keeps softmax finite)
         actions = np.zeros((n, t_max), np.int64)
         logps, values, adv, ret = (np.zeros((n, t_max), np.float32) for _ in range(4))
         valid = np.zeros((n, t_max), bool)
         for i, a in enumerate(arrs):
             k = lengths[i]
-            obs[i, :k], masks[i, :k], actions[i, :k] = a["obs"], a["masks"], a["actions"]
+            masks[i, :k], actions[i, :k] = a["masks"], a["actions"]
             logps[i, :k], values[i, :k] = a["logps"], a["values"]
             if cfg.algo == "reinforce":
                 ret[i, :k] = discounted_returns(a["rewards"], cfg.gamma)
@@ -105,8 +119,10 @@ class Rollout:
             valid[i, :k] = True
         if features is not None:
             obs = features(obs)  # what the acting policy saw
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
-        return cls(t(obs), t(masks), t(actions), t(logps), t(values), t(adv), t(ret), t(valid), lengths)
+        return cls(t(obs), t(offsets), t(masks), t(actions), t(logps), t(values), t(adv), t(ret), t(valid),
+                   lengths)
 
 
 def masked_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -224,7 +240,8 @@ class Learner:
         ro = Rollout.from_trajectories(trajectories, cfg, self.device, self.features)
         stats: dict = {"nll": [], "accuracy": [], "v_loss": [], "grad_norm": []}
         for b in self._minibatches(ro, make_chunks(ro.lengths, cfg.bptt_length), epochs):
-            logits, values = self.network.forward_sequence(b["obs"], b["h0"], detach_every=cfg.bptt_length)
+            logits, values = self.network.forward_sequence(b["obs"], b["h0"], detach_every=cfg.bptt_length,
+                                                           valid=b["valid"])
             logp_all = torch.log_softmax(masked_logits(logits, b["masks"]), dim=-1)
             valid = b["valid"].float()
             nll = masked_mean(-logp_all.gather(-1, b["actions"].unsqueeze(-1)).squeeze(-1), valid)
@@ -239,7 +256,9 @@ class Learner:
         return out
 
     def _gather(self, ro: Rollout, mb: list, seq_len: int, h_starts: torch.Tensor) -> dict:
-        """Pad the chunks of a minibatch to ``[B, seq_len]``; padding is invalid."""
+        """The chunks of a minibatch: their real steps' observations (``obs [n, obs_dim]``,
+        row-major order of ``valid``), everything else padded to ``[B, seq_len]``; padding
+        is invalid."""
         b = len(mb)
         idx = torch.tensor([c[0] for c in mb], device=self.device)
         starts = torch.tensor([c[1] for c in mb], device=self.device)
@@ -250,7 +269,7 @@ class Learner:
         rows = idx[:, None].expand(b, seq_len)
         k = starts // self.cfg.bptt_length if self.cfg.bptt_length > 0 else torch.zeros_like(starts)
         return dict(
-            obs=ro.obs[rows, steps], masks=ro.masks[rows, steps], actions=ro.actions[rows, steps],
+            obs=ro.obs_flat[ro.rows(mb)], masks=ro.masks[rows, steps], actions=ro.actions[rows, steps],
             old_logps=ro.logps[rows, steps], advantages=ro.advantages[rows, steps],
             returns=ro.returns[rows, steps], valid=ro.valid[rows, steps] & in_chunk,
             h0=h_starts[idx, k],
@@ -260,7 +279,7 @@ class Learner:
         """The PPO objective on a padded minibatch of sequences (every term masked)."""
         cfg = self.cfg
         valid_f = valid.float()
-        logits, values = self.network.forward_sequence(obs, h0, detach_every=cfg.bptt_length)
+        logits, values = self.network.forward_sequence(obs, h0, detach_every=cfg.bptt_length, valid=valid)
         logp_all = torch.log_softmax(masked_logits(logits, masks), dim=-1)
         new_logps = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         probs = logp_all.exp()

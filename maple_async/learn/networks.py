@@ -89,19 +89,35 @@ class PolicyNetwork(nn.Module):
         return (self._logits(x, y), self.value_head(y).squeeze(-1)), new_hidden
 
     def forward_sequence(self, x: torch.Tensor, hidden: torch.Tensor, detach_every: int = 0,
-                         return_hidden: bool = False):
+                         return_hidden: bool = False, valid: Optional[torch.Tensor] = None):
         """Unroll over time: ``x [B, T, obs_dim]`` from ``hidden [B, hidden_dim]``.
 
         ``detach_every > 0`` cuts gradients every that many steps (truncated BPTT) while
         the forward values stay those of the full recomputed sequence.
+        ``valid [B, T]`` (each row's real steps first, then padding): ``x`` holds only the
+        real steps, ``[n, obs_dim]`` in row-major order of ``valid``; the per-step layers
+        run on those alone (padding was half the learner's work) and the outputs are
+        zero at padding.
         Returns ``logits [B, T, A]``, ``values [B, T]`` (and the final hidden state).
         """
-        y, h = self._core(x, hidden, detach_every=detach_every)
-        out = (self._logits(x, y), self.value_head(y).squeeze(-1))
-        return (*out, h) if return_hidden else out
+        if valid is None:
+            y, h = self._core(x, hidden, detach_every=detach_every)
+            out = (self._logits(x, y), self.value_head(y).squeeze(-1))
+            return (*out, h) if return_hidden else out
+        y, h = self._core_packed(x, valid, hidden, detach_every)
+        logits = x.new_zeros(*valid.shape, self.n_actions)
+        values = x.new_zeros(valid.shape)
+        logits[valid] = self._logits(x, y)
+        values[valid] = self.value_head(y).squeeze(-1)
+        return (logits, values, h) if return_hidden else (logits, values)
 
     def _core(self, x, hidden, detach_every):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _core_packed(self, x, valid, hidden, detach_every):
+        """``_core`` on the real steps ``x [n, F]`` of ``valid [B, T]``: ``y [n, H]``. Without
+        memory, step by step."""
+        return self._core(x, hidden, detach_every)
 
 
 def _mlp(inp: int, hidden: int) -> nn.Sequential:
@@ -159,8 +175,17 @@ class _Recurrent(PolicyNetwork):
                                lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
         return (self._logits(x, h), self.value_head(h).squeeze(-1)), torch.cat([h, c], dim=1)
 
+    def _core_packed(self, x, valid, hidden, detach_every):
+        flat = self._features(x)
+        feats = flat.new_zeros(*valid.shape, flat.shape[-1])
+        feats[valid] = flat
+        y, h = self._unroll(feats, hidden, detach_every)
+        return y[valid], h
+
     def _core(self, x, hidden, detach_every):
-        feats = self._features(x)
+        return self._unroll(self._features(x), hidden, detach_every)
+
+    def _unroll(self, feats, hidden, detach_every):
         h, c = self._split(hidden)
         t_total = feats.shape[1]
         if detach_every <= 0 or detach_every >= t_total:
@@ -210,8 +235,8 @@ class AttentionPolicy(_Recurrent):
         self.pool = nn.Linear(17 * d, d)
 
     def _features(self, x):
-        b, t, _ = x.shape
-        flat = x.reshape(b * t, -1)
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, x.shape[-1])
         own = flat[:, enc.OWN_TEAM:enc.OPP_TEAM].reshape(-1, 6, enc.POKE_DIM)
         opp = flat[:, enc.OPP_TEAM:enc.MOVES].reshape(-1, 6, enc.POKE_DIM)
         moves = flat[:, enc.MOVES:enc.FIELD].reshape(-1, 4, enc.MOVE_DIM)
@@ -223,7 +248,7 @@ class AttentionPolicy(_Recurrent):
             self.field_embed(field) + self.kind_embed[3],
         ], dim=1)
         y = self.attn(tokens)
-        return torch.relu(self.pool(y.reshape(b * t, -1))).reshape(b, t, -1)
+        return torch.relu(self.pool(y.reshape(flat.shape[0], -1))).reshape(*lead, -1)
 
 
 NETWORKS = {"mlp": MLPPolicy, "lstm": LSTMPolicy, "attention": AttentionPolicy}
