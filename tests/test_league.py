@@ -181,3 +181,40 @@ async def test_snapshots_are_drawn_on_the_loop_thread_when_the_forward_is_offloa
     assert all(r.action >= 0 for r in res) and b.stats.failed_batches == 0
     assert threads and set(threads) == {threading.get_ident()}
     await b.close()
+
+
+async def test_shards_are_sent_each_snapshot_once_and_a_replaced_worker_all(tmp_path):
+    """The sharded transports send a league snapshot once; a worker fed the deltas holds
+    every snapshot the loop's draw probabilities name; a replaced worker starts whole."""
+    from maple_async.run.transports import ProcessTransport, _Shard
+
+    class Fake(ProcessTransport):
+        def _spawn(self, i, msg):
+            return f"worker-{i}", [msg]
+
+        def _alive(self, sh):
+            return True
+
+        def _send(self, sh, msg):
+            sh.inbox.append(msg)
+
+    cfg = _cfg(tmp_path, **{"train.opponents": "self:0.5,league:0.5", "train.league_every_updates": 1,
+                            "train.league_size": 2, "train.shards": 2})
+    loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+    tp = Fake(cfg, quiet=True)
+    loop._league_rule()
+    await tp.start(loop.weights_msg())
+    policy = LeaguePolicy(lambda: nets.from_config(cfg.network), rng=random.Random(0))
+    policy.load_state_dict(tp.shards[0].inbox[0]["league"])
+    for upd in range(1, 5):
+        loop.learner.updates = upd
+        loop._league_rule()
+        tp.publish(loop.weights_msg())
+        sent = tp.shards[0].inbox[-1]["league"]
+        assert list(sent["snapshots"]) == [upd] and set(sent["probs"]) == {upd - 1, upd}
+        assert tp.shards[1].inbox[-1] is tp.shards[0].inbox[-1]
+        policy.load_state_dict(sent)
+        assert set(policy.policies) == set(sent["probs"])
+    # the last message kept for a replacement is whole
+    assert set(tp._last_msg["league"]["snapshots"]) == {3, 4}
+    assert isinstance(tp.shards[0], _Shard)
