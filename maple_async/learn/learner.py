@@ -157,8 +157,9 @@ class Learner:
         k_max = math.ceil(t_max / bptt)
         starts = [net.initial_hidden(n, self.device)]
         h = starts[0]
+        obs = ro.obs if k_max > 1 else None  # padded once (a property builds it)
         for k in range(1, k_max):
-            _, _, h = net.forward_sequence(ro.obs[:, (k - 1) * bptt:k * bptt], h, return_hidden=True)
+            _, _, h = net.forward_sequence(obs[:, (k - 1) * bptt:k * bptt], h, return_hidden=True)
             starts.append(h)
         return torch.stack(starts, dim=1)
 
