@@ -422,10 +422,13 @@ async def _curve(cfg, args, run_dir: Path, points: list) -> int:
     print(f"[curve] {len(points)} checkpoints x {len(opponents)} opponents, {args.battles} battles each: "
           f"{len(todo)} to play ({len(points) * len(opponents) - len(todo)} already in {out})", flush=True)
     tb = MetricsLog(run_dir, cfg.train.tensorboard, quiet=True) if todo else None
+    loaded: dict = {}  # the checkpoint being played, read once for all its opponents
     try:
         async with server_for(cfg.server) as server:
             for p, o in todo:
-                policy, ckpt_cfg = policy_from_checkpoint(str(p.path), device, greedy=args.greedy)
+                if p.update not in loaded:
+                    loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=args.greedy)}
+                policy, ckpt_cfg = loaded[p.update]
                 res = await _evaluate(cfg, policy, server.url, o, args.battles, device, cfg.runner.concurrency)
                 label = training_label(o, ckpt_cfg.train)
                 rows.append(curve.row_of(p, res, label))
@@ -461,7 +464,7 @@ def cmd_curve(args) -> int:
         if o not in BASELINES:
             raise UserError(f"--opponents must list {', '.join(BASELINES)}; got {o!r}")
     try:
-        minutes = [float(m) for m in args.minutes.split(",")] if args.minutes else None
+        minutes = [float(m) for m in _list(args.minutes)] if args.minutes else None
     except ValueError:
         raise UserError(f"--minutes takes a comma list of numbers, e.g. 30,60,120; got {args.minutes!r}") from None
     points = curve.select(curve.saved_points(run_dir), minutes, args.points)

@@ -223,7 +223,7 @@ def test_report_draws_the_curve_points(tmp_path):
         curve.append_row(tmp_path / "run" / "curve.csv", curve.row_of(
             curve.Point(u, tmp_path / f"weights_{u:06d}.pt", 64 * u, 10.0 * u),
             EvalResult("heuristics", 300, wins, 300 - wins, 0, 30.0), "held out"))
-    fig, _, _ = report.draw(tmp_path / "run")
+    fig = report.draw(tmp_path / "run")[0]
     ax = fig.axes[0]
     assert "curve vs heuristics (held out)" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(list(line.get_xdata()) == [1280.0, 2560.0, 3840.0] for line in ax.lines)

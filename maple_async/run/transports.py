@@ -278,7 +278,6 @@ class ProcessTransport:
         self.by_shard: dict[int, int] = {}  # finished trajectories received per shard
         self._inbox: list = []
         self._last_msg: Optional[dict] = None
-        self._sent_snapshots: set = set()  # league snapshot ids every live shard holds
         self.ended = ""  # shards stop only when told to
 
     def _print(self, msg: str) -> None:
@@ -345,20 +344,20 @@ class ProcessTransport:
         self._last_msg = msg
         return msg
 
-    def _delta(self, msg: dict) -> dict:
-        """``msg`` without the league snapshots every shard was already sent (~2 MB each at
-        the default size; a worker keeps those in ``probs``). A replaced worker starts from
-        the whole last message."""
+    @staticmethod
+    def _delta(before: Optional[dict], msg: dict) -> dict:
+        """``msg`` without the league snapshots that ``before`` (the last message, which
+        every shard holds: a replaced worker starts from it whole) already carried; ~2 MB
+        each at the default size, and a worker keeps those in ``probs``."""
         league = msg.get("league")
         if not league:
             return msg
-        sent, self._sent_snapshots = self._sent_snapshots, set(league["snapshots"])
+        sent = (before or {}).get("league") or {"snapshots": {}}
         return {**msg, "league": {**league, "snapshots": {k: v for k, v in league["snapshots"].items()
-                                                          if k not in sent}}}
+                                                          if k not in sent["snapshots"]}}}
 
     async def start(self, msg: dict) -> None:
         self._record(msg)
-        self._delta(msg)
         for i in range(self.cfg.train.shards):
             worker, inbox = self._spawn(i, msg)
             self.shards.append(_Shard(i, worker, inbox))
@@ -373,8 +372,8 @@ class ProcessTransport:
         return out
 
     def publish(self, msg: dict) -> None:
+        out = self._delta(self._last_msg, msg)
         self._record(msg)
-        out = self._delta(msg)
         for sh in self.shards:
             if self._alive(sh):
                 self._send(sh, out)

@@ -105,7 +105,8 @@ def _title(run_dir: Path, m: dict, cfg_text: str) -> str:
 
 
 def draw(run_dir: Path):
-    """The report figure of ``run_dir``."""
+    """The report figure of ``run_dir``, and what it read beside ``metrics.csv`` (eval.json,
+    config.yaml, curve.csv rows) for the HTML page."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -193,7 +194,7 @@ def draw(run_dir: Path):
             f"  {p}: {v:.0f}" for p, v in sorted(ratings.items(), key=lambda kv: -kv[1]))
         ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=9, va="bottom", family="monospace")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig, ev, cfg_text
+    return fig, ev, cfg_text, curve
 
 
 def write(run_dir, out: Optional[str] = None) -> Path:
@@ -205,7 +206,7 @@ def write(run_dir, out: Optional[str] = None) -> Path:
     path = Path(out) if out else run_dir / "report.png"
     if path.suffix.lower() not in (".png", ".html"):
         raise UserError(f"--out must end in .png or .html, got {str(path)!r}")
-    fig, ev, cfg_text = draw(run_dir)
+    fig, ev, cfg_text, curve = draw(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if path.suffix.lower() == ".png":
@@ -213,13 +214,13 @@ def write(run_dir, out: Optional[str] = None) -> Path:
         else:
             buf = io.BytesIO()
             fig.savefig(buf, format="png", dpi=90)
-            path.write_text(_html(run_dir, base64.b64encode(buf.getvalue()).decode(), ev, cfg_text))
+            path.write_text(_html(run_dir, base64.b64encode(buf.getvalue()).decode(), ev, cfg_text, curve))
     finally:
         plt.close(fig)
     return path
 
 
-def _html(run_dir: Path, png_b64: str, ev: Optional[dict], cfg_text: str) -> str:
+def _html(run_dir: Path, png_b64: str, ev: Optional[dict], cfg_text: str, curve: list[dict]) -> str:
     rows = ""
     if ev:
         rows = "".join(
@@ -229,7 +230,6 @@ def _html(run_dir: Path, png_b64: str, ev: Optional[dict], cfg_text: str) -> str
             for r in ev.get("results", []))
         rows = ("<h2>Evaluation</h2><table border=1 cellpadding=4><tr><th>player</th><th>opponent</th>"
                 "<th>in training?</th><th>win rate</th><th>95% CI</th><th>battles</th></tr>" + rows + "</table>")
-    curve = _read_curve(run_dir)
     if curve:
         from .curve import table
         rows += ("<h2>Checkpoints against baselines (maple-async curve)</h2><pre>"
