@@ -361,7 +361,8 @@ async def _bench(cfg, args) -> int:
                 summary, ceilings[c.runner.concurrency] = await bench.run_bench(
                     c, device, args.seconds, args.warmup, args.learn, server.url,
                     ceiling=ceilings.get(c.runner.concurrency), repeats=args.repeats, server_pgid=pgid)
-            summary.update(network=c.network.kind, device=str(device), concurrency=c.runner.concurrency,
+            summary.update(network=c.network.kind, checkpoint=c.train.init, device=str(device),
+                           concurrency=c.runner.concurrency,
                            max_wait_ms=c.batcher.max_wait_ms, wait_per_side_ms=c.batcher.wait_per_side_ms,
                            quiet_gaps=c.batcher.quiet_gaps, max_batch_size=c.batcher.max_batch_size,
                            simulators=server.managed.simulators if server.managed is not None else None,
@@ -402,6 +403,11 @@ def cmd_bench(args) -> int:
         raise UserError("--shards must be >= 1, and --shards N > 1 takes no --sweep, --repeats or --throttle-server")
     if not 0 <= args.throttle_server < 1 or (args.throttle_server and cfg.server.url):
         raise UserError("--throttle-server must be in [0, 1) and needs a managed server (no --server)")
+    if args.checkpoint:
+        from .config import from_saved
+        from .learn import checkpoint as ckpt
+        cfg.network = from_saved(ckpt.load(args.checkpoint)["config"]).network
+        cfg.train.init = args.checkpoint
     check_teams(cfg, quiet=args.json == "-")
     return run_async(_bench(cfg, args))
 
@@ -648,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--throttle-server", type=float, default=0.0, metavar="FRACTION",
                     help="stop the managed server for this fraction of every 20 ms (a slower "
                          "simulator, for both the ceiling and maple-async; default 0)")
+    be.add_argument("--checkpoint", default=None, metavar="PATH",
+                    help="play (and with --learn, start learning) with this checkpoint's network and "
+                         "weights instead of fresh ones: a trained agent's battles are shorter")
     be.add_argument("--sweep", default=None,
                     help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
     _add_config_flags(be)

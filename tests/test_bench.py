@@ -5,8 +5,17 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from maple_async import config as C
+from maple_async.run.loop import LearningLoop
 from maple_async.tools import bench
+
+
+def _checkpoint(run_dir) -> tuple[str, LearningLoop]:
+    loop = LearningLoop(C.load(None, {"train.run_dir": str(run_dir), "network.hidden_size": 32}), "cpu", quiet=True)
+    loop.save_checkpoint()
+    return str(run_dir / "latest.pt"), loop
 
 
 def test_percentile_and_ratio():
@@ -26,6 +35,9 @@ def test_summarise_ratios_and_per_decision_split():
     assert s["ceiling_battles_per_s"] == 10 and s["runner_battles_per_s"] == 9
     assert s["ratio"] == pytest.approx(0.9)
     assert s["decisions_ratio"] == pytest.approx(0.8)
+    assert s["decisions_per_battle"] == pytest.approx(4000 / 90)
+    assert s["ceiling_decisions_per_battle"] == pytest.approx(50)
+    assert "decisions per battle:                   44.4 (ceiling: 50.0)" in bench.report(s)
     assert s["mean_batch_size"] == 25 and s["p50_batch_size"] == 25
     assert s["encode_us_per_decision"] == pytest.approx(50)
     assert s["bookkeeping_us_per_decision"] == pytest.approx(30)
@@ -159,15 +171,29 @@ def test_parse_sweep():
         bench.parse_sweep("concurrency")
 
 
+def test_bench_network_has_the_checkpoints_weights(tmp_path):
+    path, loop = _checkpoint(tmp_path)
+    trained = loop.learner.network.state_dict()
+    cfg = C.load(None, {"network.hidden_size": 32})
+    fresh = bench.bench_network(cfg).state_dict()
+    assert not all(torch.equal(fresh[k], trained[k]) for k in trained)
+    cfg.train.init = path
+    loaded = bench.bench_network(cfg).state_dict()
+    assert all(torch.equal(loaded[k], trained[k]) for k in trained)
+
+
 @pytest.mark.integration
-def test_bench_json_has_every_key(showdown_url):
+def test_bench_json_has_every_key(showdown_url, tmp_path):
+    """With --checkpoint: a hidden-32 agent's network and weights, whatever the config's size."""
+    path, _ = _checkpoint(tmp_path)
     p = subprocess.run([sys.executable, "-m", "maple_async.cli", "bench", "--seconds", "5", "--warmup", "3",
-                        "--json", "--server", showdown_url, "--concurrency", "16"],
+                        "--json", "--server", showdown_url, "--concurrency", "16", "--checkpoint", path],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads(p.stdout)
+    assert data["checkpoint"] == path
     for key in ("ceiling_battles_per_s", "runner_battles_per_s", "ratio", "decisions_per_s",
-                "mean_batch_size", "cpu_us_per_decision"):
+                "mean_batch_size", "cpu_us_per_decision", "decisions_per_battle", "ceiling_decisions_per_battle"):
         assert key in data, key
         assert math.isfinite(data[key]) and data[key] > 0, (key, data[key])
 

@@ -4,7 +4,9 @@ Each phase plays battles continuously and counts only a steady-state window (aft
 warm-up, so ramp-up and the server's JIT warm-up are excluded):
 
 * **ceiling**  poke-env RandomPlayer vs RandomPlayer at the same concurrency;
-* **runner**   maple-async self-play with the chosen network and the full encoder;
+* **runner**   maple-async self-play with the chosen network and the full encoder (fresh
+               weights, or a trained agent's with ``--checkpoint``: a trained policy plays
+               shorter battles, so Showdown's per-battle work weighs more per decision);
 * **learn**    (``--learn``) self-play through the training run's own learning loop and
                collector (:mod:`maple_async.run`), PPO updates running in a worker thread.
 """
@@ -216,14 +218,23 @@ def _runner_snapshot(match_of, agent: Agent):
     return snap
 
 
+def bench_network(cfg):
+    """The configured network, with ``train.init``'s weights when set (``bench --checkpoint``)."""
+    from ..learn import checkpoint as ckpt
+    from ..learn import networks as nets
+    net = nets.from_config(cfg.network)
+    if cfg.train.init:
+        ckpt.load_weights(net, ckpt.load(cfg.train.init)["learner"]["network"], cfg.train.init)
+    return net
+
+
 async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
                          learn: bool = False, server_pgid: Optional[int] = None) -> Window:
     """maple-async self-play (one agent drives both sides); with ``learn``, the training
     run's own learning loop and collector, learning from self-play on this server."""
     if learn:
         return await _measure_learning(url, cfg, device, seconds, warmup_s, server_pgid)
-    from ..learn import networks as nets
-    agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher, reward_cfg=cfg.reward)
+    agent = Agent(InferencePolicy(bench_network(cfg), device), cfg.batcher, reward_cfg=cfg.reward)
     match = Match(url, agent, agent, concurrency=cfg.runner.concurrency, account="bench",
                   battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
                   teams=for_config(cfg))
@@ -289,6 +300,9 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None,
         "ratio": ratio(runner.battles_per_s, ceiling.battles_per_s),
         "decisions_per_s": runner.decisions_per_s,
         "decisions_ratio": ratio(runner.decisions_per_s, ceiling.decisions_per_s),
+        # a battle's length sets how Showdown's per-battle work (team generation, rooms) weighs
+        "decisions_per_battle": ratio(runner.decisions, runner.battles),
+        "ceiling_decisions_per_battle": ratio(ceiling.decisions, ceiling.battles),
         "mean_batch_size": mean_batch,
         "p50_batch_size": percentile(runner.batch_sizes, 50),
         "p95_batch_size": percentile(runner.batch_sizes, 95),
@@ -330,6 +344,8 @@ def report(s: dict, label: str = "") -> str:
         f"{s['ceiling_decisions_per_s']:.0f} decisions/s",
         f"maple-async self-play:                  {s['runner_battles_per_s']:.2f} battles/s, "
         f"{s['decisions_per_s']:.0f} decisions/s",
+        f"decisions per battle:                   {s.get('decisions_per_battle', math.nan):.1f} "
+        f"(ceiling: {s.get('ceiling_decisions_per_battle', math.nan):.1f})",
         f"ratio to ceiling:                       {s['ratio']:.3f} (battles), "
         f"{s['decisions_ratio']:.3f} (decisions)",
         f"inference batch size:                   mean {s['mean_batch_size']:.1f}, "
