@@ -171,14 +171,14 @@ def test_parse_sweep():
         bench.parse_sweep("concurrency")
 
 
-def test_bench_network_has_the_checkpoints_weights(tmp_path):
+def test_bench_policy_has_the_checkpoints_weights(tmp_path):
     path, loop = _checkpoint(tmp_path)
     trained = loop.learner.network.state_dict()
     cfg = C.load(None, {"network.hidden_size": 32})
-    fresh = bench.bench_network(cfg).state_dict()
+    fresh = bench.bench_policy(cfg, "cpu").network.state_dict()
     assert not all(torch.equal(fresh[k], trained[k]) for k in trained)
     cfg.train.init = path
-    loaded = bench.bench_network(cfg).state_dict()
+    loaded = bench.bench_policy(cfg, "cpu").network.state_dict()
     assert all(torch.equal(loaded[k], trained[k]) for k in trained)
 
 

@@ -218,14 +218,13 @@ def _runner_snapshot(match_of, agent: Agent):
     return snap
 
 
-def bench_network(cfg):
-    """The configured network, with ``train.init``'s weights when set (``bench --checkpoint``)."""
-    from ..learn import checkpoint as ckpt
-    from ..learn import networks as nets
-    net = nets.from_config(cfg.network)
+def bench_policy(cfg, device) -> InferencePolicy:
+    """The configured network with fresh weights, or ``train.init``'s agent (``bench --checkpoint``)."""
     if cfg.train.init:
-        ckpt.load_weights(net, ckpt.load(cfg.train.init)["learner"]["network"], cfg.train.init)
-    return net
+        from .evaluate import policy_from_checkpoint
+        return policy_from_checkpoint(cfg.train.init, device)[0]
+    from ..learn import networks as nets
+    return InferencePolicy(nets.from_config(cfg.network), device)
 
 
 async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
@@ -234,7 +233,7 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     run's own learning loop and collector, learning from self-play on this server."""
     if learn:
         return await _measure_learning(url, cfg, device, seconds, warmup_s, server_pgid)
-    agent = Agent(InferencePolicy(bench_network(cfg), device), cfg.batcher, reward_cfg=cfg.reward)
+    agent = Agent(bench_policy(cfg, device), cfg.batcher, reward_cfg=cfg.reward)
     match = Match(url, agent, agent, concurrency=cfg.runner.concurrency, account="bench",
                   battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
                   teams=for_config(cfg))
