@@ -469,11 +469,17 @@ def cmd_curve(args) -> int:
     for o in _list(args.opponents):
         if o not in BASELINES:
             raise UserError(f"--opponents must list {', '.join(BASELINES)}; got {o!r}")
+    if args.minutes and args.sides:
+        raise UserError("give --minutes or --sides, not both")
     try:
         minutes = [float(m) for m in _list(args.minutes)] if args.minutes else None
     except ValueError:
         raise UserError(f"--minutes takes a comma list of numbers, e.g. 30,60,120; got {args.minutes!r}") from None
-    points = curve.select(curve.saved_points(run_dir), minutes, args.points)
+    try:
+        sides = [int(s) for s in _list(args.sides)] if args.sides else None
+    except ValueError:
+        raise UserError(f"--sides takes a comma list of whole numbers, e.g. 10000,30000; got {args.sides!r}") from None
+    points = curve.select(curve.saved_points(run_dir), minutes, args.points, sides)
     check_teams(cfg)
     return run_async(_curve(cfg, args, run_dir, points))
 
@@ -682,6 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoints spread evenly over the run's training time, the last included")
     cu.add_argument("--minutes", default=None,
                     help="instead: the checkpoints nearest these minutes of training, e.g. 30,60,120")
+    cu.add_argument("--sides", default=None,
+                    help="instead: the checkpoints nearest these battle-side counts, e.g. 10000,30000 "
+                         "(runs compared at equal battles: this machine's speed moves from day to day)")
     cu.add_argument("--battles", type=int, default=300, help="battles per checkpoint and opponent")
     cu.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as in training)")
     _add_config_flags(cu, skip=("--opponent",))

@@ -195,8 +195,21 @@ def test_curve_points_take_times_from_metrics_and_prefer_weights_files(tmp_path)
     # evenly over 600 s: 300 -> 36 (360), 600 -> 60; the last always in
     assert [p.update for p in curve.select(pts, n_points=2)] == [36, 60]
     assert [p.update for p in curve.select(pts, minutes=[1.0, 9.0])] == [6, 58]
+    # at equal battle counts: 400 -> 6 (384), 2000 -> 36 (2304), 3800 -> 60 (3840), no last added
+    assert [p.update for p in curve.select(pts, sides=[2000, 400])] == [6, 36]
+    assert [p.update for p in curve.select(pts, sides=[3800])] == [60]
     with pytest.raises(UserError, match="no checkpoints/"):
         curve.saved_points(tmp_path)
+
+
+def test_curve_takes_minutes_or_sides_not_both(tmp_path, capsys):
+    from maple_async import cli
+    _fake_run(tmp_path / "run", n=6)
+    _saved(tmp_path / "run", ["weights_000006.pt"])
+    assert cli.main(["curve", str(tmp_path / "run"), "--minutes", "1", "--sides", "300"]) == 2
+    assert "--minutes or --sides, not both" in capsys.readouterr().err
+    assert cli.main(["curve", str(tmp_path / "run"), "--sides", "1e4"]) == 2
+    assert "--sides takes a comma list of whole numbers" in capsys.readouterr().err
 
 
 def test_curve_rows_are_kept_and_not_played_again(tmp_path):

@@ -73,9 +73,14 @@ def saved_points(run_dir: Path) -> list[Point]:
     return points
 
 
-def select(points: list[Point], minutes: Optional[list[float]] = None, n_points: int = 6) -> list[Point]:
-    """The checkpoints nearest to each of ``minutes`` of training, or to ``n_points`` times
-    spread evenly over the run (the last always included); in update order, no repeats."""
+def select(points: list[Point], minutes: Optional[list[float]] = None, n_points: int = 6,
+           sides: Optional[list[int]] = None) -> list[Point]:
+    """The checkpoints nearest to each of ``minutes`` of training, or to each of ``sides``
+    battle sides (two runs compared at equal battle counts), or to ``n_points`` times spread
+    evenly over the run (the last always included); in update order, no repeats."""
+    if sides:
+        chosen = {min(points, key=lambda p: (abs(p.sides - t), -p.update)).update for t in sides}
+        return [p for p in points if p.update in chosen]
     end = points[-1].seconds
     targets = [m * 60.0 for m in minutes] if minutes else [end * (k + 1) / n_points for k in range(n_points)]
     chosen = {min(points, key=lambda p: (abs(p.seconds - t), -p.update)).update for t in targets}
