@@ -37,6 +37,13 @@ exports.bindaddress = '127.0.0.1';
 exports.repl = false;          // no REPL sockets: several servers share one install
 exports.logchallenges = false;
 exports.reportbattles = false;
+// The example's crash-report copies: a simulator sends its battle's whole input log to the
+// main process on every write, a validator every team. CPU a training server does not spend.
+exports.debugsimprocesses = false;
+exports.debugvalidatorprocesses = false;
+exports.debugdexsearchprocesses = false;
+// Servers of other maple-async versions may share this install: none reloads the other's file.
+exports.watchconfig = false;
 // Merged key by key over the example's, so every kind is given. Simulators per server
 // come from its environment: several servers with their own counts share this file.
 exports.subprocesses = {

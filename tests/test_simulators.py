@@ -1,6 +1,8 @@
 """Simulator processes as a server setting: a managed server runs as many as it was given."""
 
+import json
 import os
+import subprocess
 
 import pytest
 
@@ -53,3 +55,17 @@ def test_auto_simulators_follow_the_cores(monkeypatch):
     monkeypatch.setattr(server, "cores", lambda: 16)
     assert resolve_simulators(0) == server.MAX_AUTO_SIMULATORS
     assert resolve_simulators(0, shards=4) == 4 and resolve_simulators(0, shards=32) == 1
+
+
+@pytest.mark.integration
+def test_managed_config_turns_off_the_debug_copies(tmp_path):
+    """Showdown's view of the managed config (ours merged over config-example.js, as its
+    loader does): no input-log copies to the main process, no reload of a shared file."""
+    from maple_async import server
+    pkg = server.install(quiet=True)
+    merged = ("const c = Object.assign({}, require('./config/config-example.js'), require('./config/config.js'));"
+              "console.log(JSON.stringify([c.debugsimprocesses, c.debugvalidatorprocesses, c.watchconfig,"
+              " c.bindaddress, c.subprocesses.simulator]))")
+    out = subprocess.run(["node", "-e", merged], cwd=pkg, capture_output=True, text=True, check=True,
+                         env={**os.environ, "MAPLE_SIMULATORS": "3"})
+    assert json.loads(out.stdout) == [False, False, False, "127.0.0.1", 3]
