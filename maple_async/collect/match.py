@@ -88,15 +88,9 @@ class Match:
 
     def start(self, n_battles: int) -> asyncio.Task:
         """Start the batchers, the watchdog and ``n_battles`` battles; returns their task."""
-        loop = asyncio.get_running_loop()
-        for a in self.agents:
-            a.closing = False
-            a.batcher.start()
-        if self.agents:
-            self._watchdog = loop.create_task(
-                watchdog(self.agents, self.players, self.battle_timeout_s), name="maple-watchdog")
-        self.task = loop.create_task(self.me.battle_against(self.opponent, n_battles=n_battles),
-                                     name="maple-match")
+        self._watchdog = start_agents(self.agents, self.players, self.battle_timeout_s)
+        self.task = asyncio.get_running_loop().create_task(
+            self.me.battle_against(self.opponent, n_battles=n_battles), name="maple-match")
         return self.task
 
     async def play(self, n_battles: int) -> float:
@@ -122,16 +116,33 @@ class Match:
         """:meth:`halt`, then forfeit what still runs (waiting up to ``grace_s`` for it to
         end) and close the sockets (and the agents' batchers when ``close_batchers``)."""
         self.halt()
-        if forfeit:
-            await forfeit_unfinished(self.players)
-            deadline = time.perf_counter() + grace_s
-            while time.perf_counter() < deadline and any(
-                    not b.finished for p in self.players for b in p.battles.values()):
-                await asyncio.sleep(0.1)
-        await close_players(*self.players)
-        if close_batchers:
-            for a in self.agents:
-                await a.batcher.close()
+        await stop_players(self.players, self.agents if close_batchers else (), forfeit, grace_s)
+
+
+def start_agents(agents: list[Agent], players: list, timeout_s: float) -> Optional[asyncio.Task]:
+    """Start the agents' batchers and a :func:`watchdog` over the players' battles; returns
+    the watchdog's task (None without agents)."""
+    for a in agents:
+        a.closing = False
+        a.batcher.start()
+    if not agents:
+        return None
+    return asyncio.get_running_loop().create_task(watchdog(agents, players, timeout_s),
+                                                  name="maple-watchdog")
+
+
+async def stop_players(players: list, agents=(), forfeit: bool = True, grace_s: float = 0.0) -> None:
+    """Forfeit the players' unfinished battles (waiting up to ``grace_s`` for them to end),
+    close their sockets, then the batchers of ``agents``."""
+    if forfeit:
+        await forfeit_unfinished(players)
+        deadline = time.perf_counter() + grace_s
+        while time.perf_counter() < deadline and any(
+                not b.finished for p in players for b in p.battles.values()):
+            await asyncio.sleep(0.1)
+    await close_players(*players)
+    for a in agents:
+        await a.batcher.close()
 
 
 async def watchdog(agents: list[Agent], players: list, timeout_s: float, period_s: float = 5.0):

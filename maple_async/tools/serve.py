@@ -16,10 +16,10 @@ from typing import Optional
 from poke_env.data.normalize import to_id_str
 
 from ..collect.agent import Agent
-from ..collect.match import watchdog
+from ..collect.match import start_agents, stop_players
 from ..errors import UserError
 from ..pokeenv.accounts import Credentials, is_loopback, throttle_sends
-from ..pokeenv.players import PolicyPlayer, close_players, fast_kwargs, forfeit_unfinished, player_kwargs
+from ..pokeenv.players import PolicyPlayer, fast_kwargs, player_kwargs
 from ..pokeenv.replays import ReplayWriter, result_word
 
 LOGIN_TIMEOUT_S = 30.0
@@ -85,18 +85,13 @@ def battle_line(prefix: str, battle, results: dict) -> str:
 
 async def _run(session: Session, body, timeout_s: float) -> None:
     """Start the batcher and a watchdog, run ``body``, then forfeit and close whatever is left."""
-    agent, player = session.agent, session.player
-    loop = asyncio.get_running_loop()
-    agent.batcher.start()
-    guard = loop.create_task(watchdog([agent], [player], timeout_s))
+    guard = start_agents([session.agent], [session.player], timeout_s)
     try:
         await logged_in(session)
         await body
     finally:
         guard.cancel()
-        await forfeit_unfinished([player])
-        await close_players(player)
-        await agent.batcher.close()
+        await stop_players([session.player], [session.agent])
 
 
 async def serve(session: Session, n_battles: int, timeout_s: float = 300.0) -> dict:
