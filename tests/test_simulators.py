@@ -58,7 +58,7 @@ def test_auto_simulators_follow_the_cores(monkeypatch):
 
 
 @pytest.mark.integration
-def test_managed_config_turns_off_the_debug_copies(tmp_path):
+def test_managed_config_turns_off_the_debug_copies():
     """Showdown's view of the managed config (ours merged over config-example.js, as its
     loader does): no input-log copies to the main process, no reload of a shared file."""
     from maple_async import server

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import re
+from operator import attrgetter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -79,12 +80,13 @@ def select(points: list[Point], minutes: Optional[list[float]] = None, n_points:
     battle sides (two runs compared at equal battle counts), or to ``n_points`` times spread
     evenly over the run (the last always included); in update order, no repeats."""
     if sides:
-        chosen = {min(points, key=lambda p: (abs(p.sides - t), -p.update)).update for t in sides}
-        return [p for p in points if p.update in chosen]
-    end = points[-1].seconds
-    targets = [m * 60.0 for m in minutes] if minutes else [end * (k + 1) / n_points for k in range(n_points)]
-    chosen = {min(points, key=lambda p: (abs(p.seconds - t), -p.update)).update for t in targets}
-    if not minutes:
+        at, targets = attrgetter("sides"), sides
+    else:
+        end = points[-1].seconds
+        at = attrgetter("seconds")
+        targets = [m * 60.0 for m in minutes] if minutes else [end * (k + 1) / n_points for k in range(n_points)]
+    chosen = {min(points, key=lambda p: (abs(at(p) - t), -p.update)).update for t in targets}
+    if not minutes and not sides:
         chosen.add(points[-1].update)
     return [p for p in points if p.update in chosen]
 
