@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import csv
 import re
-from operator import attrgetter
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Optional
 
