@@ -246,6 +246,19 @@ def test_cpu_limit_is_the_cores_over_the_cpu_per_decision():
                                                           cpu_s=1.0), cores=2)["cpu_limit_decisions_per_s"])
 
 
+def test_learning_window_reports_its_cpu_split_and_busy_cores():
+    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0, server_cpu_s=4.0)
+    runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=2.0, server_cpu_s=4.0,
+                          batch_sizes=[10])
+    learn = bench.Window(seconds=10, battles=60, decisions=3000, cpu_s=3.0, server_cpu_s=3.0)
+    s = bench.summarise(ceiling, runner, learn, cores=2)
+    # learner included: 1000 us here, 1000 us in Showdown; 6 CPU-s of 20 available
+    assert s["learn_process_cpu_us_per_decision"] == pytest.approx(1000)
+    assert s["learn_server_cpu_us_per_decision"] == pytest.approx(1000)
+    assert s["learn_cpu_busy_share"] == pytest.approx(0.3)
+    assert "this process 1000 us (learner included), Showdown 1000 us; cores busy 0.300" in bench.report(s)
+
+
 def test_windows_side_by_side_are_one_machine():
     a = bench.Window(seconds=10, battles=100, decisions=1000, cpu_s=1.0, batch_sizes=[4], in_flight=30,
                      server_cpu_s=2.0)

@@ -333,6 +333,10 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None,
         out["learn_battles_per_s"] = learn.battles_per_s
         out["learn_ratio"] = ratio(learn.battles_per_s, ceiling.battles_per_s)
         out["learn_decisions_per_s"] = learn.decisions_per_s
+        # what learning costs per decision, and how much of the cores the window kept busy
+        out["learn_process_cpu_us_per_decision"] = learn.us_per_decision(learn.cpu_s)
+        out["learn_server_cpu_us_per_decision"] = learn.us_per_decision(learn.server_cpu_s)
+        out["learn_cpu_busy_share"] = ratio(learn.cpu_s + learn.server_cpu_s, cores * learn.seconds)
     return out
 
 
@@ -374,6 +378,10 @@ def report(s: dict, label: str = "") -> str:
     if "learn_battles_per_s" in s:
         lines.append(f"with learning on:                       {s['learn_battles_per_s']:.2f} battles/s "
                      f"(ratio {s['learn_ratio']:.3f})")
+        lsrv = s.get("learn_server_cpu_us_per_decision", math.nan)
+        if math.isfinite(lsrv):
+            lines.append(f"  CPU per decision while learning:      this process {s['learn_process_cpu_us_per_decision']:.0f} us "
+                         f"(learner included), Showdown {lsrv:.0f} us; cores busy {s['learn_cpu_busy_share']:.3f}")
     return "\n".join(lines)
 
 
