@@ -94,6 +94,8 @@ class _Live:
     hidden_before: object = None
     recorded: bool = False  # the last order sent is the trajectory's last step
     last_active: float = 0.0
+    battle: object = None  # the battle object of the latest decision (a pool reads it)
+    reward: float = 0.0  # the reward credited at the latest decision (0 on a retry)
 
 
 @dataclass
@@ -129,16 +131,22 @@ class Agent:
     def __init__(self, policy, batcher_cfg: BatcherConfig, *, reward_cfg: Optional[RewardConfig] = None,
                  record: bool = False,
                  on_trajectory: Optional[Callable[[Trajectory], None]] = None,
-                 name: str = "agent", gamma: float = 0.99):
+                 name: str = "agent", gamma: float = 0.99, listener=None,
+                 batcher_cls: type = InferenceBatcher, batcher_kwargs: Optional[dict] = None):
+        """``listener``: told of every battle side that ends (``ended(key, live, outcome,
+        reward)``, the final reward) or is abandoned (``abandoned(key, live)``); a pool of
+        battles for an outside learner listens. ``batcher_cls``/``batcher_kwargs``: the
+        batcher (a pool's hands each batch to its caller instead of a forward pass)."""
         self.policy = policy
         self._release = getattr(policy, "release", None)  # a policy that fixed something per battle
         self.name = name
+        self.listener = listener
         self.hidden = HiddenStates(policy.hidden_dim)
-        self.batcher = InferenceBatcher(
+        self.batcher = batcher_cls(
             policy, self.hidden, max_batch_size=batcher_cfg.max_batch_size,
             max_wait_ms=batcher_cfg.max_wait_ms, wait_per_side_ms=batcher_cfg.wait_per_side_ms,
             offload_min_batch=batcher_cfg.offload_min_batch, quiet_gaps=batcher_cfg.quiet_gaps,
-            min_quiet_ms=batcher_cfg.min_quiet_ms)
+            min_quiet_ms=batcher_cfg.min_quiet_ms, **(batcher_kwargs or {}))
         self.reward_cfg = reward_cfg or RewardConfig()
         self.gamma = gamma  # potential-based shaping discounts with the learner's gamma
         self.record = record
@@ -170,6 +178,7 @@ class Agent:
         key = self.key(battle)
         live = self.live.get(key) or self._begin(key, opponent)
         live.last_active = t_start
+        live.battle = battle
 
         # Being asked again for the same decision point means Showdown rejected our order:
         # [Invalid choice] (poke-env re-asks with the same request, same rqid) or
@@ -181,6 +190,7 @@ class Agent:
         retry = live.last_rqid is not None and (rqid == live.last_rqid or bool(request.get("update")))
         if retry:
             self.stats.retries += 1
+            live.reward = 0.0
             if live.hidden_before is not None:
                 self.hidden.put(key, live.generation, live.hidden_before)
             if live.recorded:  # a rejected fallback order was never recorded: nothing to undo
@@ -258,7 +268,7 @@ class Agent:
     @staticmethod
     def _credit(live: _Live, battle, state: list) -> None:
         """The reward since the battle side's previous decision, added to that step."""
-        reward = live.rewards.step(battle, state)
+        reward = live.reward = live.rewards.step(battle, state)
         if live.traj is not None and len(live.traj):
             live.traj.rewards[-1] += reward
 
@@ -283,6 +293,7 @@ class Agent:
             self.hidden.end(key)
         live = self._begin(key, opponent)
         live.last_active = time.perf_counter()
+        live.battle = battle
         live.last_rqid = (battle.last_request or {}).get("rqid")
         n = enc.preview_picks(battle)
         picks: list = []
@@ -312,11 +323,13 @@ class Agent:
         key = self.key(battle)
         live = self.live.pop(key, None)
         self._end(key)
-        if live is None:
-            return  # the battle ended before we were ever asked to decide
+        outcome = 1.0 if battle.won else (-1.0 if battle.lost else 0.0)
+        if live is None:  # the battle ended before we were ever asked to decide
+            if self.listener is not None:
+                self.listener.ended(key, None, outcome, 0.0)
+            return
         s = self.stats
         s.battles += 1
-        outcome = 1.0 if battle.won else (-1.0 if battle.lost else 0.0)
         s.wins += outcome > 0
         s.losses += outcome < 0
         s.ties += outcome == 0
@@ -325,17 +338,26 @@ class Agent:
         w_b[1] += 1
         traj = live.traj
         if traj is not None and len(traj):
-            traj.rewards[-1] += live.rewards.final(battle)
+            final = live.rewards.final(battle)
+            traj.rewards[-1] += final
             traj.outcome = outcome
             traj.reward_totals = dict(live.rewards.totals)
             if self.on_trajectory is not None:
                 self.on_trajectory(traj)
+        elif self.listener is not None:
+            final = live.rewards.final(battle)
+        if self.listener is not None:
+            live.battle = battle
+            self.listener.ended(key, live, outcome, final)
 
     def abandon(self, key: Hashable) -> None:
         """Forget a battle side without training on it (its partial trajectory is dropped)."""
-        if self.live.pop(key, None) is not None:
+        live = self.live.pop(key, None)
+        if live is not None:
             self.stats.abandoned += 1
         self._end(key)
+        if live is not None and self.listener is not None:
+            self.listener.abandoned(key, live)
 
     def _end(self, key: Hashable) -> None:
         self.hidden.end(key)

@@ -29,7 +29,7 @@ from ..pokeenv.players import fast_kwargs
 from ..pokeenv.replays import ReplayWriter
 from ..teams import for_config
 from .agent import Agent, Trajectory
-from .match import Match
+from .match import Match, stop_players
 
 _WATCH_PERIOD_S = 2.0  # server health poll
 _LOGIN_TIMEOUT_S = 60.0
@@ -44,15 +44,22 @@ class Lane:
 
 
 class Collector:
-    def __init__(self, cfg: Config, device, on_trajectory: Callable[[Trajectory], None], quiet: bool = False,
-                 replay_subdir: str = ""):
+    """``agent``, ``mix`` and ``opponents``: a caller's own agent (a pool of battles for an
+    outside learner) in place of the learner's, its opponent mix, and the agents that
+    play the mix's names that are neither ``self``, ``league`` nor a baseline."""
+
+    def __init__(self, cfg: Config, device, on_trajectory: Optional[Callable[[Trajectory], None]] = None,
+                 quiet: bool = False, replay_subdir: str = "", *, agent: Optional[Agent] = None,
+                 mix: Optional[dict] = None, opponents: Optional[dict] = None, label: str = "train"):
         self.cfg = cfg
         self.quiet = quiet
+        self.label = label
         # One learner battle in train.replay_every kept (each shard its own folder and bound).
         self.replays = (ReplayWriter(Path(cfg.train.run_dir) / "replays" / replay_subdir,
                                      cfg.train.replay_every, cfg.train.replay_keep)
                         if cfg.train.replay_every else None)
-        self.mix = parse_opponent_mix(cfg.train.opponents)
+        self.mix = mix if mix is not None else parse_opponent_mix(cfg.train.opponents)
+        self.opponents: dict = dict(opponents or {})
         self.teams = for_config(cfg)  # validated once per process (the main one checks first)
         self.league_policy: Optional[LeaguePolicy] = None
         if "league" in self.mix:
@@ -60,13 +67,15 @@ class Collector:
             self.league_policy = LeaguePolicy(lambda: nets.from_config(cfg.network), device,
                                               rng=random.Random(None if seed is None else seed + 17))
         self._on_trajectory = on_trajectory
-        self.agent = Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
-                           reward_cfg=cfg.reward, record=True, on_trajectory=self._emit, name="learner",
-                           gamma=cfg.ppo.gamma)
+        self.agent = agent or Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
+                                    reward_cfg=cfg.reward, record=True, on_trajectory=self._emit,
+                                    name="learner", gamma=cfg.ppo.gamma)
         self.league_agent: Optional[Agent] = None
         if self.league_policy is not None:
             self.league_agent = Agent(self.league_policy, cfg.batcher, name="league")
-        self.agents = [a for a in (self.agent, self.league_agent) if a is not None]
+        self.agents = [a for a in (self.agent, self.league_agent, *self.opponents.values()) if a is not None]
+        self._retired: list[Lane] = []  # lanes replaced by set_mix, playing out their battles
+        self._switch = False
         self._wake = asyncio.Event()  # a stop request, a fault, or a lane that ended
         self._stop = asyncio.Event()
         self._fault = asyncio.Event()
@@ -76,7 +85,7 @@ class Collector:
 
     def _print(self, msg: str) -> None:
         if not self.quiet:
-            print(msg, flush=True)
+            print(msg.replace("[train]", f"[{self.label}]", 1), flush=True)
 
     def _emit(self, traj: Trajectory) -> None:
         """A learner trajectory against the league names the snapshot it played (``league#id``)."""
@@ -115,7 +124,7 @@ class Collector:
             c = max(1, round(cfg.runner.concurrency * share))
             # Enough battles never to run dry; the learning loop stops the lanes when done.
             n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
-            opponent = {"self": self.agent, "league": self.league_agent}.get(name, name)
+            opponent = {"self": self.agent, "league": self.league_agent, **self.opponents}.get(name, name)
             labels = (name, "learner" if name == "league" else "self")
             match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{i}",
                           battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
@@ -142,6 +151,29 @@ class Collector:
         for ln in lanes:
             ln.match.halt()  # every lane's battles abandoned before any forfeit goes out
         await asyncio.gather(*(ln.match.close(forfeit=forfeit, grace_s=grace_s) for ln in lanes))
+
+    def set_mix(self, mix: dict, opponents: Optional[dict] = None) -> None:
+        """New lanes for ``mix`` (and its ``opponents``' agents) now; the lanes they replace
+        start no battle more and close once theirs have ended."""
+        for a in (opponents or {}).values():
+            if a not in self.agents:
+                self.agents.append(a)
+        self.mix, self.opponents = dict(mix), dict(opponents or {})
+        self._switch = True
+        self._wake.set()
+
+    async def _retire(self, lanes: list[Lane]) -> None:
+        for ln in lanes:
+            ln.task.cancel()  # no more challenges; the battles in flight play on
+        players = [p for ln in lanes for p in ln.match.players]
+        deadline = asyncio.get_running_loop().time() + self.cfg.runner.battle_timeout_s
+        while (asyncio.get_running_loop().time() < deadline
+               and any(not b.finished for p in players for b in p.battles.values())):
+            await asyncio.sleep(0.5)
+        for ln in lanes:
+            if ln.match._watchdog is not None:
+                ln.match._watchdog.cancel()
+        await stop_players(players, forfeit=True)
 
     # -- watchers ----------------------------------------------------------------------------
     def _flag_fault(self) -> None:
@@ -187,6 +219,14 @@ class Collector:
                 lanes, tasks = self._start_lanes(server.url)
                 tasks.append(loop.create_task(self._watch_server(server)))
                 await self.until_stop_or_fault(lanes)
+                while self._switch and not self._stop.is_set() and not self._fault.is_set():
+                    self._switch = False
+                    self._retired += lanes
+                    tasks.append(loop.create_task(self._retire(lanes)))
+                    lanes, more = self._start_lanes(server.url)
+                    tasks += more
+                    await self.until_stop_or_fault(lanes)
+                lanes, self._retired = lanes + self._retired, []
                 if not self._fault.is_set() or self._stop.is_set():
                     break
                 in_flight = sum(len(a.live) for a in self.agents)
@@ -206,7 +246,7 @@ class Collector:
         """Wait for a stop request or a fault. Lanes that all ended stop the run, unless one
         of them failed: then a fault is expected within a few server polls (the server died
         under it); without one it is a bug, and it is raised."""
-        while not self._stop.is_set() and not self._fault.is_set():
+        while not self._stop.is_set() and not self._fault.is_set() and not self._switch:
             await self._wake.wait()
             self._wake.clear()
             if not lanes or not all(ln.task.done() for ln in lanes):

@@ -300,3 +300,24 @@ class InferenceBatcher:
             if not r.future.done():
                 r.future.set_result(Decision(int(actions[i]), float(logps[i]), float(values[i]), version))
         self.stats.record(len(batch), reason, time.thread_time() - c0, wait_limit)
+
+
+class HandoffBatcher(InferenceBatcher):
+    """The same flush rule, but a flushed batch goes to ``sink(batch)`` (a pool of battles
+    hands it to an outside learner) instead of a forward pass; the sink resolves each
+    request's future later. ``held()``: requests flushed and not answered yet, which are
+    live battle sides that cannot ask again (so 'every live side waiting' stays true)."""
+
+    def __init__(self, policy, hidden: HiddenStates, *, sink: Callable[[list], None],
+                 held: Callable[[], int], **kwargs):
+        super().__init__(policy, hidden, live_count=lambda: len(hidden) - held(), **kwargs)
+        self._sink = sink
+
+    def _apply_weights(self) -> None:
+        pass  # the caller's learner owns the weights
+
+    async def _flush(self, batch: list[_Request], reason: str) -> None:
+        c0 = time.thread_time()
+        wait_limit = self.wait_limit_s()
+        self._sink(batch)
+        self.stats.record(len(batch), reason, time.thread_time() - c0, wait_limit)

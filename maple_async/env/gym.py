@@ -1,0 +1,120 @@
+"""The synchronous Gymnasium face of a :class:`~maple_async.env.pool.BattlePool`.
+
+Every step answers the slots the previous step returned and waits for the next batch the
+pool's flush rule gathers. A slot that is not in that batch (its battle waits on the other
+side's forced switch, or it is between battles) comes back *inactive*: reward 0, its last
+observation, a mask that allows action 0 only, ``info["is_active"]`` False; whatever is
+sent for it is ignored. Autoreset is next-step: the step after a terminal one frees the slot
+for its next battle, which comes back when its first decision is due.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from .pool import N_ACTIONS, OBS_DIM, BattlePool
+
+_PADDING_MASK = np.zeros(N_ACTIONS, dtype=bool)
+_PADDING_MASK[0] = True
+
+
+class SyncSlots:
+    """Lock-step over every slot of a pool: what both synchronous faces share."""
+
+    def __init__(self, pool: BattlePool, obs_shape: tuple, obs_dtype=np.float32):
+        self.pool = pool
+        n = pool.num_envs
+        self.obs = np.zeros((n, *obs_shape), dtype=obs_dtype)  # each slot's latest observation
+        self.masks = np.tile(_PADDING_MASK, (n, 1))
+        self.pending = np.zeros(n, dtype=bool)  # returned by the pool and not answered
+        self.decisions = 0
+        self.steps = 0
+
+    def reset(self):
+        self.pool.async_reset()
+        return self.gather()
+
+    def send(self, actions) -> None:
+        ids = np.flatnonzero(self.pending)
+        if len(ids):
+            actions = np.asarray(actions).reshape(-1)
+            if len(actions) != self.pool.num_envs:
+                raise ValueError(f"step needs {self.pool.num_envs} actions, got {len(actions)}")
+            self.pool.send(actions[ids].astype(np.int64), ids)
+        self.pending[:] = False
+
+    def ack(self, ids) -> None:
+        """Answer terminal slots now (their action is ignored): the next battle may start."""
+        if len(ids):
+            self.pool.send(np.zeros(len(ids), dtype=np.int64), ids)
+            self.pending[ids] = False
+
+    def gather(self):
+        """The next batch from the pool, spread over every slot: ``(obs, masks, reward,
+        terminated, truncated, info)``, ``info`` with arrays of all slots and ``_key``
+        masks (True where the slot is active)."""
+        obs, reward, terminated, truncated, info = self.pool.recv()
+        n = self.pool.num_envs
+        ids = info["env_id"]
+        active = np.zeros(n, dtype=bool)
+        active[ids] = True
+        self.pending[ids] = True
+        self.obs[ids] = obs["observation"]
+        self.masks[:] = _PADDING_MASK
+        self.masks[ids] = obs["action_mask"]
+        full_reward = np.zeros(n, dtype=np.float32)
+        full_reward[ids] = reward
+        full_term = np.zeros(n, dtype=bool)
+        full_term[ids] = terminated
+        full_trunc = np.zeros(n, dtype=bool)
+        full_trunc[ids] = truncated
+        out_info = {"is_active": active, "_is_active": np.ones(n, dtype=bool)}
+        for key, values in info.items():
+            if key in ("env_id", "action_mask") or not isinstance(values, np.ndarray):
+                continue
+            full = np.zeros(n, dtype=values.dtype) if values.dtype != object else np.full(n, "", dtype=object)
+            full[ids] = values
+            out_info[key], out_info["_" + key] = full, active
+        self.decisions += int(len(ids) - terminated.sum() - truncated.sum())
+        self.steps += 1
+        return self.obs.copy(), self.masks.copy(), full_reward, full_term, full_trunc, out_info
+
+
+def observation_space(pool: BattlePool, space=None) -> spaces.Space:
+    return space if space is not None else spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+
+
+class BattleVectorEnv(VectorEnv):
+    """``gymnasium.vector.VectorEnv`` over a :class:`BattlePool` (same arguments):
+    observations ``Dict(observation, action_mask)``, actions ``Discrete(32)`` per slot."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, *args, **kwargs):
+        self.pool = BattlePool(*args, **kwargs)
+        obs_space = observation_space(self.pool, self.pool.observation_space)
+        self.num_envs = self.pool.num_envs
+        self.single_observation_space = spaces.Dict({
+            "observation": obs_space, "action_mask": spaces.MultiBinary(N_ACTIONS)})
+        self.single_action_space = spaces.Discrete(N_ACTIONS)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._slots = SyncSlots(self.pool, obs_space.shape, obs_space.dtype)
+
+    def _obs(self, obs, masks) -> dict:
+        return {"observation": obs, "action_mask": masks.astype(np.int8)}
+
+    def reset(self, *, seed=None, options=None):
+        obs, masks, _r, _t, _u, info = self._slots.reset()
+        return self._obs(obs, masks), info
+
+    def step(self, actions):
+        self._slots.send(actions)
+        obs, masks, reward, terminated, truncated, info = self._slots.gather()
+        return self._obs(obs, masks), reward, terminated, truncated, info
+
+    def close_extras(self, **kwargs) -> None:
+        self.pool.close()

@@ -1,0 +1,598 @@
+"""A pool of battle sides for an outside learner, with EnvPool's asynchronous API.
+
+The battles run exactly as in training: a :class:`~maple_async.collect.collector.Collector`
+plays lanes of matches on one event loop (uvloop, in a background thread), each decision
+goes through an :class:`~maple_async.collect.agent.Agent` (encoding, masks, orders,
+rewards, re-requests, clean-up) and its batcher's flush rule. The only difference is the
+batcher: a flushed batch is handed to the caller (:meth:`BattlePool.recv`) instead of to a
+forward pass, and the caller's :meth:`BattlePool.send` resolves it.
+
+Slots: in self-play battle ``b`` has slots ``2b`` (player 1) and ``2b + 1`` (player 2);
+against any other opponent slot ``b`` is battle ``b``. A slot comes back from ``recv``
+when it has a decision to make or a terminal step to collect; the action sent for a
+terminal step is ignored and frees the slot for its next battle (next-step autoreset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import copy
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import config as config_mod
+from ..collect.agent import Agent
+from ..collect.collector import Collector
+from ..inference.batcher import Decision, HandoffBatcher
+from ..obs import encoding as enc
+from ..obs.features import derive
+from ..pokeenv.players import BASELINES
+
+OBS_DIM = enc.OBS_DIM
+N_ACTIONS = enc.N_ACTIONS
+_SECTIONS = ("runner", "batcher", "reward", "server", "network")
+_OUTCOMES = {1.0: "won", -1.0: "lost", 0.0: "tie"}
+
+
+class _CallerPolicy:
+    """The pool agent's policy: the caller, so no state and no forward pass here."""
+
+    hidden_dim = 0
+    version = 0
+
+
+@dataclass(slots=True)
+class _Item:
+    kind: str  # "decide", "end" or "abandon"
+    key: tuple
+    request: Any = None  # the batcher's request (decide)
+    live: Any = None  # the agent's bookkeeping of the side (end)
+    reward: float = 0.0
+    outcome: float = 0.0
+
+
+@dataclass(slots=True)
+class _Slot:
+    env_id: int
+    key: Optional[tuple] = None  # the battle side it plays now
+    steps: int = 0  # elapsed steps in this battle
+    current: Optional[_Item] = None  # the item with the caller
+    queue: deque = field(default_factory=deque)
+    last_obs: Any = None
+
+
+@dataclass(slots=True)
+class Record:
+    """One slot's step as the caller receives it."""
+
+    env_id: int
+    obs: np.ndarray
+    mask: np.ndarray
+    reward: float
+    terminated: bool
+    truncated: bool
+    elapsed_step: int
+    kind: str  # preview / move / forced_switch / end
+    battle_tag: str
+    side: str
+    opponent: str
+    outcome: str  # won / lost / tie on a terminal step, else ""
+    abandoned: bool
+
+
+def _side_index(key: tuple) -> int:
+    return 1 if key[1] == "p2" else 0
+
+
+class _Slots:
+    """The slots on the event loop's thread: battle sides in, records out.
+
+    It is the pool agent's listener (battle sides that end or are abandoned) and its
+    batcher's sink (flushed decisions). A battle takes a free battle index at its first
+    decision (waiting for one while every index is held, which is what holds the next
+    battle back until the caller collects the last one's terminal steps); a slot
+    delivers one item at a time, in order."""
+
+    def __init__(self, num_battles: int, sides: int, deliver: Callable[[Record], None],
+                 embed: Optional[Callable] = None, reward_fn: Optional[Callable] = None):
+        self.sides = sides
+        self.slots = [_Slot(i) for i in range(num_battles * sides)]
+        self.free = deque(range(num_battles))
+        self.battle_of: dict[str, int] = {}
+        self.released: dict[int, set] = {}
+        self.ended_early: OrderedDict = OrderedDict()  # tag -> sides that ended with no slot
+        self.slot_of: dict[tuple, int] = {}
+        self.waiting: deque = deque()  # first items of battles without an index yet
+        self.with_caller = 0  # decisions flushed and not answered
+        self.deliver = deliver
+        self.embed = embed
+        self.reward_fn = reward_fn
+        self.agent: Optional[Agent] = None
+        self.closing = False
+
+    # -- from the agent and its batcher --------------------------------------------------
+    def handoff(self, batch: list) -> None:
+        self.with_caller += len(batch)
+        for r in batch:
+            self._route(_Item("decide", r.key, request=r))
+
+    def ended(self, key: tuple, live, outcome: float, reward: float) -> None:
+        if live is None:
+            self._no_slot_end(key)
+        else:
+            self._route(_Item("end", key, live=live, reward=reward, outcome=outcome))
+
+    def abandoned(self, key: tuple, live) -> None:
+        self._route(_Item("abandon", key, live=live))
+
+    # -- routing ---------------------------------------------------------------------------
+    def _route(self, item: _Item) -> None:
+        if self.closing:
+            self._drop(item)
+            return
+        env_id = self.slot_of.get(item.key)
+        if env_id is None:
+            if item.kind != "decide":  # it never reached the caller: nothing to end
+                self.waiting = deque(w for w in self.waiting if w.key != item.key or self._drop(w))
+                self._no_slot_end(item.key)
+                return
+            tag = item.key[0]
+            b = self.battle_of.get(tag)
+            if b is None:
+                if not self.free:
+                    self.waiting.append(item)
+                    return
+                b = self.battle_of[tag] = self.free.popleft()
+                self.released[b] = set(self.ended_early.pop(tag, ()))
+            env_id = b * self.sides + (_side_index(item.key) if self.sides == 2 else 0)
+            slot = self.slots[env_id]
+            slot.key, slot.steps = item.key, 0
+            self.slot_of[item.key] = env_id
+        slot = self.slots[env_id]
+        slot.queue.append(item)
+        if slot.current is None:
+            self._next(slot)
+
+    def _no_slot_end(self, key: tuple) -> None:
+        b = self.battle_of.get(key[0])
+        if b is None:
+            self.ended_early.setdefault(key[0], set()).add(_side_index(key))
+            while len(self.ended_early) > 4096:
+                self.ended_early.popitem(last=False)
+        else:
+            self._side_released(key[0], b, _side_index(key))
+
+    def _drop(self, item: _Item) -> bool:
+        if item.kind == "decide":
+            self.with_caller -= 1
+            fut = item.request.future
+            if not fut.done():
+                fut.set_result(Decision(-1, 0.0, 0.0, 0))
+        return False
+
+    def _stale(self, item: _Item) -> bool:
+        if item.kind != "decide":
+            return False
+        live = self.agent.live.get(item.key)
+        return live is None or live.generation != item.request.generation
+
+    def _next(self, slot: _Slot) -> None:
+        while slot.queue:
+            item = slot.queue.popleft()
+            if self._stale(item):
+                self._drop(item)
+                continue
+            slot.current = item
+            self.deliver(self._record(slot, item))
+            return
+
+    def _record(self, slot: _Slot, item: _Item) -> Record:
+        key = item.key
+        if item.kind == "decide":
+            r = item.request
+            live = self.agent.live[key]
+            battle = live.battle
+            obs = r.obs if self.embed is None else self.embed(battle)
+            reward = live.reward if self.reward_fn is None else float(self.reward_fn(battle))
+            if r.mask[enc.PREVIEW:].any():
+                kind = "preview"
+            else:
+                fs = battle.force_switch
+                kind = "forced_switch" if (any(fs) if isinstance(fs, list) else fs) else "move"
+            slot.last_obs = obs
+            return Record(slot.env_id, obs, r.mask, reward, False, False, slot.steps, kind, key[0], key[1],
+                          live.opponent, "", False)
+        mask = np.zeros(N_ACTIONS, dtype=bool)
+        mask[0] = True  # whatever is sent for a terminal step is ignored
+        live = item.live
+        if item.kind == "end":
+            reward = item.reward if self.reward_fn is None else float(self.reward_fn(live.battle))
+            return Record(slot.env_id, slot.last_obs, mask, reward, True, False, slot.steps, "end", key[0],
+                          key[1], live.opponent, _OUTCOMES.get(item.outcome, "tie"), False)
+        return Record(slot.env_id, slot.last_obs, mask, 0.0, False, True, slot.steps, "end", key[0], key[1],
+                      live.opponent, "", True)
+
+    # -- from the caller -------------------------------------------------------------------
+    def answer(self, pairs: list) -> None:
+        now = time.perf_counter()
+        for env_id, action in pairs:
+            slot = self.slots[env_id]
+            item, slot.current = slot.current, None
+            if item is None:
+                continue
+            if item.kind == "decide":
+                self.with_caller -= 1
+                if not item.request.future.done():
+                    item.request.future.set_result(Decision(int(action), 0.0, 0.0, 0))
+                slot.steps += 1
+                tag = item.key[0]
+                for role in ("p1", "p2"):  # the battle is not silent: we were deciding
+                    live = self.agent.live.get((tag, role))
+                    if live is not None:
+                        live.last_active = now
+            else:
+                self._release(slot)
+            self._next(slot)
+
+    def _release(self, slot: _Slot) -> None:
+        key, slot.key, slot.steps = slot.key, None, 0
+        self.slot_of.pop(key, None)
+        b = self.battle_of.get(key[0])
+        if b is not None:
+            self._side_released(key[0], b, _side_index(key))
+
+    def _side_released(self, tag: str, b: int, side: int) -> None:
+        done = self.released.setdefault(b, set())
+        done.add(side if self.sides == 2 else 0)
+        if len(done) < self.sides:
+            return
+        del self.battle_of[tag]
+        del self.released[b]
+        self.free.append(b)
+        waiting, self.waiting = self.waiting, deque()
+        for item in waiting:
+            self._route(item)
+
+    def close(self) -> None:
+        self.closing = True
+        for slot in self.slots:
+            for item in [slot.current, *slot.queue]:
+                if item is not None:
+                    self._drop(item)
+            slot.current = None
+            slot.queue.clear()
+        for item in self.waiting:
+            self._drop(item)
+        self.waiting.clear()
+
+
+def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[Agent]]:
+    """The opponent's name in the mix and its agent (None: self or a baseline)."""
+    from ..inference.outside import OutsidePolicy
+    from ..tools.evaluate import policy_from_checkpoint
+    if isinstance(spec, str) and (spec == "self" or spec in BASELINES):
+        return spec, None
+    if isinstance(spec, (str, Path)) and Path(spec).is_file():
+        policy, _ = policy_from_checkpoint(str(spec), device)
+        return Path(spec).name, Agent(policy, cfg.batcher, name="opponent")
+    if isinstance(spec, str) and ":" not in spec:
+        raise ValueError(f"opponent {spec!r}: expected self, {', '.join(BASELINES)}, a checkpoint file, "
+                         f"a policy object or module:attr")
+    policy = OutsidePolicy(spec)
+    return policy.name, Agent(policy, cfg.batcher, name="opponent")
+
+
+def make_config(battle_format: str, num_battles: int, teams, server, seed, config, options: dict
+                ) -> config_mod.Config:
+    """The pool's config: a preset (a Config, a YAML path or None) with the arguments and
+    ``options`` (``key=value`` of the runner, batcher, reward, server or network section,
+    or ``"section.key"``) applied, validated as ``train`` validates its config."""
+    if isinstance(config, config_mod.Config):
+        cfg = copy.deepcopy(config)
+    else:
+        cfg = config_mod.load(config)
+    overrides: dict = {"runner.battle_format": battle_format, "runner.concurrency": num_battles}
+    if teams is not None:
+        overrides["runner.teams"] = str(teams)
+    if server is not None:
+        overrides["server.url"] = server
+    if seed is not None:
+        overrides["runner.seed"] = seed
+    for k, v in options.items():
+        if "." not in k:
+            owners = [s for s in _SECTIONS if hasattr(getattr(cfg, s), k)]
+            if len(owners) != 1:
+                raise TypeError(f"BattlePool got an unexpected option {k!r} (options: keys of the "
+                                f"{', '.join(_SECTIONS)} sections, or 'section.key')")
+            k = f"{owners[0]}.{k}"
+        overrides[k] = v
+    for k, v in overrides.items():
+        config_mod._apply(cfg, k, v)
+    return config_mod.validate(cfg)
+
+
+class BattlePool:
+    """``num_battles`` battles in flight, their sides handed to the caller in batches.
+
+    ``opponent``: ``"self"`` (both sides are slots: ``2 * num_battles`` slots), a baseline
+    (``random``, ``max_power``, ``heuristics``), a checkpoint file, or a policy (an object
+    or ``"module:attr"``; see :mod:`maple_async.inference.outside`): ``num_battles`` slots.
+    ``batch_size``: ``recv`` returns exactly this many slots (fewer only on its timeout);
+    None: whatever the batcher's flush rule gathered (at least one slot).
+    ``teams``: a team file or folder (team formats). ``server``: a running server's URL
+    (default: a managed loopback server, started here and stopped by :meth:`close`).
+    ``embed_battle(battle) -> np.ndarray`` and ``observation_space``: your observation
+    instead of the encoder's; ``reward_fn(battle) -> float``: your reward of the step that
+    led to this state (default: the config's composite reward). ``config``: a preset (YAML
+    path or Config); ``**options``: its keys (``max_wait_ms=5``, ``"runner.seed"=1``, ...).
+    """
+
+    def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
+                 batch_size: Optional[int] = None, opponent: Any = "self", teams=None,
+                 server: Optional[str] = None, *, config=None, embed_battle: Optional[Callable] = None,
+                 observation_space=None, reward_fn: Optional[Callable] = None, seed: Optional[int] = None,
+                 device: str = "cpu", recv_timeout_s: float = 60.0, start_timeout_s: float = 300.0,
+                 quiet: bool = True, **options):
+        from ..inference.policy import resolve_device
+        from ..teams import for_config
+        if num_battles < 1:
+            raise ValueError("num_battles must be >= 1")
+        self.cfg = cfg = make_config(battle_format, num_battles, teams, server, seed, config, options)
+        cfg.train.total_battles = 10 ** 12  # the lanes never run dry; close() stops them
+        cfg.train.replay_every = 0
+        self.device = resolve_device(device)
+        self.opponent_name, opp_agent = _opponent(opponent, cfg, self.device)
+        self.self_play = self.opponent_name == "self"
+        self.num_battles = num_battles
+        self.num_envs = num_battles * (2 if self.self_play else 1)
+        if batch_size is not None and not 1 <= batch_size <= self.num_envs:
+            raise ValueError(f"batch_size must be between 1 and the {self.num_envs} slots (or None)")
+        self.batch_size = batch_size
+        self.recv_timeout_s = recv_timeout_s
+        self.embed_battle = embed_battle
+        self.observation_space = observation_space
+        self.obs_dim = OBS_DIM if embed_battle is None else None
+        self.quiet = quiet
+        for_config(cfg)  # an illegal team or format fails here, before any thread starts
+
+        self._out: deque = deque()
+        self._cv = threading.Condition()
+        self._outstanding: dict[int, Optional[np.ndarray]] = {}  # with the caller: mask, None=terminal
+        self._carry: list = []
+        self._error: Optional[BaseException] = None
+        self._closed = False
+        self._started = False
+        self._ready = threading.Event()
+        self._slots = _Slots(num_battles, 2 if self.self_play else 1, self._deliver, embed_battle, reward_fn)
+        self._opp = (self.opponent_name, opp_agent)
+        self._thread = threading.Thread(target=self._thread_main, name="maple-pool", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(start_timeout_s) and self._error is None:
+            self._error = TimeoutError(f"the pool's server did not start in {start_timeout_s:.0f}s")
+        if self._error is not None:
+            self.close()
+            raise self._error
+        atexit.register(self.close)
+
+    # -- the event loop's thread ---------------------------------------------------------
+    def _thread_main(self) -> None:
+        from ..run.process import run_async
+        try:
+            run_async(self._main())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            self._error = self._error or e
+        finally:
+            self._ready.set()
+            with self._cv:
+                self._cv.notify_all()
+
+    async def _main(self) -> None:
+        from ..server import server_for
+        self.loop = asyncio.get_running_loop()
+        self._start = asyncio.Event()
+        self._stop = asyncio.Event()
+        cfg = self.cfg
+        async with server_for(cfg.server, quiet=self.quiet) as server:
+            self.server = server
+            self.agent = Agent(_CallerPolicy(), cfg.batcher, reward_cfg=cfg.reward, listener=self._slots,
+                               batcher_cls=HandoffBatcher, name="pool",
+                               batcher_kwargs={"sink": self._slots.handoff, "held": lambda: self._slots.with_caller})
+            self._slots.agent = self.agent
+            name, opp_agent = self._opp
+            self.collector = Collector(cfg, self.device, quiet=self.quiet, agent=self.agent, mix={name: 1.0},
+                                       opponents={name: opp_agent} if opp_agent else {}, label="pool")
+            self._ready.set()
+            await asyncio.wait([asyncio.ensure_future(self._start.wait()),
+                                asyncio.ensure_future(self._stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            if self._stop.is_set():
+                return
+            run = asyncio.ensure_future(self.collector.run(server))
+            stop = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait([run, stop], return_when=asyncio.FIRST_COMPLETED)
+            self._slots.close()
+            self.collector.request_stop("closed")
+            await run
+
+    def _deliver(self, record: Record) -> None:
+        with self._cv:
+            self._out.append(record)
+            self._cv.notify()
+
+    def _call(self, fn, *args) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    # -- the caller's API ------------------------------------------------------------------
+    @property
+    def server_url(self) -> str:
+        return self.server.url
+
+    def async_reset(self) -> None:
+        """Start the battles (once; later calls do nothing): ``recv`` then returns their
+        first decisions."""
+        self._check()
+        if not self._started:
+            self._started = True
+            self._call(self._start.set)
+
+    def send(self, actions, env_ids) -> None:
+        """Answer the slots ``env_ids`` (each returned by ``recv`` and not answered yet)."""
+        self._check()
+        actions = np.asarray(actions).reshape(-1) if np.ndim(actions) else np.asarray([actions])
+        env_ids = np.asarray(env_ids).reshape(-1) if np.ndim(env_ids) else np.asarray([env_ids])
+        if len(actions) != len(env_ids):
+            raise ValueError(f"send got {len(actions)} actions for {len(env_ids)} env_ids")
+        if not np.issubdtype(actions.dtype, np.integer) or not np.issubdtype(env_ids.dtype, np.integer):
+            raise ValueError(f"send needs integer actions and env_ids, got {actions.dtype} and {env_ids.dtype}")
+        problems = []
+        seen = set()
+        for a, e in zip(actions.tolist(), env_ids.tolist()):
+            if not 0 <= e < self.num_envs:
+                problems.append(f"env_id {e} does not exist (0-{self.num_envs - 1})")
+            elif e in seen:
+                problems.append(f"env_id {e} twice")
+            elif e not in self._outstanding:
+                problems.append(f"env_id {e} is not pending (recv has not returned it, or it was answered)")
+            else:
+                mask = self._outstanding[e]
+                if mask is not None and not (0 <= a < N_ACTIONS and mask[a]):
+                    problems.append(f"env_id {e}: action {a} is not legal (legal: {np.flatnonzero(mask).tolist()})")
+            seen.add(e)
+        if problems:
+            raise ValueError("send refused, nothing was sent: " + "; ".join(problems))
+        for e in seen:
+            del self._outstanding[e]
+        self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
+
+    def recv(self, timeout: Optional[float] = None):
+        """The next pending slots: ``(obs, reward, terminated, truncated, info)``.
+
+        ``obs`` is ``{"observation": [n, D] float32, "action_mask": [n, A] bool}``; ``info``
+        holds arrays ``env_id``, ``elapsed_step`` (0: a new battle), ``action_mask``,
+        ``kind``, ``battle_tag``, ``side``, ``opponent``, ``outcome``, ``abandoned`` and the
+        bool ``timed_out`` (fewer than ``batch_size`` slots, or none, in ``timeout`` s)."""
+        self._check()
+        if not self._started:
+            self.async_reset()
+        timeout = self.recv_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        want = self.batch_size
+        records, self._carry = self._carry, []
+        timed_out = False
+        with self._cv:
+            while True:
+                self._check()
+                out = self._out
+                if want is None:
+                    while out:
+                        records.append(out.popleft())
+                    if records:
+                        break
+                else:
+                    while out and len(records) < want:
+                        records.append(out.popleft())
+                    if len(records) >= want:
+                        break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                self._cv.wait(remaining)
+        for r in records:
+            self._outstanding[r.env_id] = None if (r.terminated or r.truncated) else r.mask
+        return self._arrays(records, timed_out)
+
+    def step(self, actions, env_ids):
+        """:meth:`send`, then :meth:`recv`."""
+        self.send(actions, env_ids)
+        return self.recv()
+
+    def _arrays(self, records: list, timed_out: bool):
+        n = len(records)
+        if self.embed_battle is None:
+            obs = np.empty((n, OBS_DIM), dtype=np.float32)
+            for i, r in enumerate(records):
+                obs[i] = r.obs
+            derive(obs)
+        else:
+            obs = np.stack([np.asarray(r.obs) for r in records]) if n else np.zeros((0,), np.float32)
+        mask = np.zeros((n, N_ACTIONS), dtype=bool)
+        for i, r in enumerate(records):
+            mask[i] = r.mask
+        reward = np.fromiter((r.reward for r in records), np.float32, n)
+        terminated = np.fromiter((r.terminated for r in records), bool, n)
+        truncated = np.fromiter((r.truncated for r in records), bool, n)
+        info = {
+            "env_id": np.fromiter((r.env_id for r in records), np.int32, n),
+            "elapsed_step": np.fromiter((r.elapsed_step for r in records), np.int32, n),
+            "action_mask": mask,
+            "kind": np.array([r.kind for r in records], dtype=object),
+            "battle_tag": np.array([r.battle_tag for r in records], dtype=object),
+            "side": np.array([r.side for r in records], dtype=object),
+            "opponent": np.array([r.opponent for r in records], dtype=object),
+            "outcome": np.array([r.outcome for r in records], dtype=object),
+            "abandoned": np.fromiter((r.abandoned for r in records), bool, n),
+            "timed_out": timed_out,
+        }
+        return {"observation": obs, "action_mask": mask}, reward, terminated, truncated, info
+
+    def set_opponent(self, opponent: Any) -> None:
+        """Battles that start from now on play ``opponent`` (those in flight play on).
+        Self-play and the other opponents have different slot counts: no switch between them."""
+        self._check()
+        name, agent = _opponent(opponent, self.cfg, self.device)
+        if (name == "self") != self.self_play:
+            raise ValueError("set_opponent cannot switch between self-play and another opponent "
+                             "(the number of slots differs); make another pool")
+        self.opponent_name = name
+        self._call(self.collector.set_mix, {name: 1.0}, {name: agent} if agent else {})
+
+    @property
+    def stats(self) -> dict:
+        """Counters of the battles played so far (read from the loop's thread's objects)."""
+        s = self.agent.stats
+        b = self.agent.batcher.stats
+        return {"decisions": s.decisions, "battles": s.battles, "wins": s.wins, "losses": s.losses,
+                "ties": s.ties, "abandoned": s.abandoned, "invalid_choices": s.invalid_choices,
+                "retries": s.retries, "batches": b.batches, "mean_batch": b.mean_batch_size,
+                "faults": self.collector.faults}
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the battle pool stopped: {self._error!r}") from self._error
+        if self._closed:
+            raise RuntimeError("the battle pool is closed")
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop every battle, the event loop's thread and the managed server."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        loop = getattr(self, "loop", None)
+        if self._thread.is_alive() and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+        self._thread.join(timeout)
+        with self._cv:
+            self._cv.notify_all()
+
+    def __enter__(self) -> "BattlePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close(timeout=5.0)
+        except Exception:
+            pass

@@ -1,0 +1,113 @@
+"""A policy written outside maple-async, playing through the batcher like a checkpoint.
+
+The protocol is one batch callable: ``policy(obs, masks) -> actions``, with ``obs`` the
+encoder's observations (derived features filled, float32 ``[B, OBS_DIM]``), ``masks``
+bool ``[B, N_ACTIONS]`` and ``actions`` ints ``[B]``. A recurrent policy declares
+``hidden_dim > 0`` and is called ``policy(obs, masks, hidden) -> (actions, new_hidden)``
+with ``hidden`` float32 ``[B, hidden_dim]``: the runner keeps that state per battle side
+(zero at its first decision), as it does for its own networks. ``policy.reset()``, if
+present, is never needed. A policy can be given as the object or as ``"module:attr"``
+(importable in every process, so spawned shards can load it); an attribute that is a
+class or a factory function taking no argument is called once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..obs.features import derive
+
+
+class PolicyError(UserError):
+    """An outside policy raised, or answered with an illegal or malformed action."""
+
+
+def load(spec: Any) -> Any:
+    """The policy object from ``spec``: an object (returned as is) or ``"module:attr"``."""
+    if not isinstance(spec, str):
+        return spec
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise UserError(f"--policy {spec!r}: expected module:attr (e.g. examples.my_agent:policy)")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"--policy {spec!r}: cannot import it ({e})") from None
+    if inspect.isclass(obj) or (inspect.isfunction(obj) and not _takes_arguments(obj)):
+        obj = obj()
+    return obj
+
+
+def _takes_arguments(fn) -> bool:
+    try:
+        return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                   for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+
+
+def name_of(spec: Any) -> str:
+    return spec if isinstance(spec, str) else getattr(spec, "name", None) or type(spec).__name__
+
+
+class OutsidePolicy:
+    """The batcher's policy for an outside callable: ``act`` as
+    :class:`~maple_async.inference.policy.InferencePolicy` answers (``logp`` and ``value``
+    are 0). A call that raises or answers an illegal action is recorded in ``error``
+    (``failed`` is set) and raised; the batcher then plays random legal orders, so no
+    battle hangs, and whoever runs the battles stops on ``failed``."""
+
+    def __init__(self, spec: Any, features=derive):
+        self.fn = load(spec)
+        self.name = name_of(spec)
+        self.hidden_dim = int(getattr(self.fn, "hidden_dim", 0) or 0)
+        self.features = features
+        self.version = 0
+        self.greedy = bool(getattr(self.fn, "greedy", False))
+        self.error: str = ""
+        self.failed = threading.Event()
+
+    def load_state_dict(self, state_dict, version=None) -> None:
+        raise TypeError(f"policy {self.name} takes no weights from maple-async")
+
+    def act(self, obs, mask, hidden: torch.Tensor):
+        if self.features is not None:
+            obs = self.features(np.ascontiguousarray(obs, dtype=np.float32))
+        new_hidden = hidden
+        try:
+            if self.hidden_dim:
+                actions, new_hidden = self.fn(obs, mask, hidden.numpy())
+                new_hidden = torch.as_tensor(np.asarray(new_hidden, dtype=np.float32))
+                if tuple(new_hidden.shape) != (len(obs), self.hidden_dim):
+                    raise ValueError(f"returned a hidden state of shape {tuple(new_hidden.shape)}, "
+                                     f"expected {(len(obs), self.hidden_dim)}")
+            else:
+                actions = self.fn(obs, mask)
+            actions = np.asarray(actions).reshape(-1)
+            if actions.shape != (len(obs),) or not np.issubdtype(actions.dtype, np.integer):
+                raise ValueError(f"returned actions of shape {actions.shape} and dtype {actions.dtype}, "
+                                 f"expected {len(obs)} integers")
+            bad = np.flatnonzero((actions < 0) | (actions >= mask.shape[1]))
+            if not len(bad):
+                bad = np.flatnonzero(~mask[np.arange(len(actions)), actions])
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(f"chose illegal action {int(actions[i])} for row {i} "
+                                 f"(legal: {np.flatnonzero(mask[i]).tolist()}); {len(bad)} illegal in a "
+                                 f"batch of {len(actions)}")
+        except Exception as e:
+            if not self.failed.is_set():
+                self.error = f"policy {self.name} failed: {type(e).__name__}: {e}"
+                self.failed.set()
+            raise PolicyError(self.error) from e
+        zeros = np.zeros(len(actions), dtype=np.float32)
+        return actions.astype(np.int64), zeros, zeros, new_hidden

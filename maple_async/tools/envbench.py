@@ -1,0 +1,476 @@
+"""Throughput of poke-env's OWN gym environments, set up the way poke-env's docs show.
+
+The docs' single-agent set-up: a :class:`~poke_env.environment.SinglesEnv` subclass with a
+small hand-made observation (4 move base powers, 4 damage multipliers, 2 fainted counts),
+wrapped in :class:`~poke_env.environment.SingleAgentWrapper` against
+``RandomPlayer(start_listening=False)`` (the wrapper calls the opponent's ``choose_move``
+itself, so the opponent needs no connection of its own: each env holds two websockets,
+one per side, on an event loop of its own). Here it is stepped by a consumer that picks
+uniformly among the legal actions of the observation's ``action_mask`` (which poke-env's
+``PokeEnv`` fills from ``SinglesEnv.get_action_mask(battle)``), either in a plain loop or
+through Stable-Baselines3's ``DummyVecEnv`` / ``SubprocVecEnv``, so that a bench can set
+these figures beside maple-async's.
+
+* decisions: orders the learning agent (our consumer's side) actually sent. A step where
+  that side had nothing to choose (the opponent alone must switch after a faint) sends
+  nothing; it is counted in ``env_steps`` only. The opponent's decisions are not counted.
+* battles: episodes that ended (terminated or truncated) inside the window.
+* rejected_choices: the learning agent's orders Showdown refused all the same. The mask can
+  only know what the client knows: a switch out of a trap not yet revealed (Shadow Tag,
+  Arena Trap...) passes it and the strict check, Showdown answers "[Unavailable choice]" with
+  a new request, and the env asks for another action (an extra decision).
+
+The envs run with ``strict=True``: an action whose order is not among the battle's valid
+orders raises instead of reaching Showdown, so a random-legal run that completes never sent
+an illegal action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import secrets
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import gymnasium
+import numpy as np
+from gymnasium.spaces import Box
+
+from poke_env.battle import AbstractBattle, Battle
+from poke_env.data import GenData
+from poke_env.environment import SingleAgentWrapper, SinglesEnv
+from poke_env.player import RandomPlayer
+from poke_env.ps_client import AccountConfiguration, ServerConfiguration
+
+from ..server import websocket_url
+
+#: set-up name -> (how the envs are stepped, number of envs)
+SETUPS = {
+    "single": ("single", 1),
+    "dummy2": ("dummy", 2),
+    "dummy8": ("dummy", 8),
+    "subproc2": ("subproc", 2),
+    "subproc8": ("subproc", 8),
+}
+
+#: start method of SubprocVecEnv's workers: spawn leaves no forkserver process behind
+SUBPROC_START_METHOD = "spawn"
+
+#: info keys set by :class:`ProbedEnv`: did this step send the learning agent's order; how many
+#: of that agent's choices Showdown refused since the previous step
+ORDER_SENT = "envbench_order_sent"
+REJECTED = "envbench_rejected"
+
+DEFAULT_ACTION = -2  # SinglesEnv's "/choose default", only used if a mask were ever empty
+POKEENV_LOG_LEVEL = 25  # as the docs' example: poke-env's INFO chatter off
+CLOSE_TIMEOUT_S = 20.0
+WATCHDOG_GRACE_S = 120.0  # beyond warm-up + window: a set-up stuck this long is torn down
+
+
+class DocsExampleEnv(SinglesEnv):
+    """The observation and reward of poke-env's reinforcement-learning example."""
+
+    LOW = [-1, -1, -1, -1, 0, 0, 0, 0, 0, 0]
+    HIGH = [3, 3, 3, 3, 4, 4, 4, 4, 1, 1]
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.observation_spaces = {
+            agent: Box(low=np.array(self.LOW, dtype=np.float32),
+                       high=np.array(self.HIGH, dtype=np.float32), dtype=np.float32)
+            for agent in self.possible_agents
+        }
+
+    def calc_reward(self, battle: AbstractBattle) -> float:
+        return self.reward_computing_helper(battle, fainted_value=2.0, hp_value=1.0, victory_value=30.0)
+
+    def embed_battle(self, battle: AbstractBattle) -> np.ndarray:
+        assert isinstance(battle, Battle)
+        power = -np.ones(4)
+        multiplier = np.ones(4)
+        opponent = battle.opponent_active_pokemon
+        for i, move in enumerate(battle.available_moves[:4]):
+            power[i] = move.base_power / 100
+            if opponent is not None:
+                multiplier[i] = move.type.damage_multiplier(
+                    opponent.type_1, opponent.type_2, type_chart=GenData.from_gen(battle.gen).type_chart)
+        fainted_ours = sum(mon.fainted for mon in battle.team.values()) / 6
+        fainted_theirs = sum(mon.fainted for mon in battle.opponent_team.values()) / 6
+        return np.concatenate([power, multiplier, [fainted_ours, fainted_theirs]]).astype(np.float32)
+
+
+class ProbedEnv(gymnasium.Wrapper):
+    """Around a :class:`SingleAgentWrapper`: says in ``info`` whether a step sent the learning
+    agent's order, and closes everything the env started (its battle, both websockets, its
+    event loop and that loop's thread), each part within a bounded time."""
+
+    def __init__(self, env: SingleAgentWrapper):
+        super().__init__(env)
+        self._closed = False
+        self._rejections = _RejectionCounter()
+        self.poke_env.agent1.logger.addFilter(self._rejections)
+
+    @property
+    def poke_env(self) -> DocsExampleEnv:
+        return self.env.env  # type: ignore[attr-defined]
+
+    def step(self, action):
+        sent = bool(self.poke_env.agent1_to_move)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info = dict(info)
+        info[ORDER_SENT] = sent
+        info[REJECTED] = self._rejections.take()
+        return obs, reward, terminated, truncated, info
+
+    def cancel_all(self) -> None:
+        """Cancel every task on the env's loop (thread-safe): unblocks a caller stuck in a step."""
+        _cancel_loop_tasks(self.poke_env._loop)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        close_pokeenv(self.poke_env)
+
+
+class _RejectionCounter(logging.Filter):
+    """Counts the choices Showdown refused ("[Unavailable choice]", e.g. a switch out of a
+    trap the client could not know of, or "[Invalid choice]"), as poke-env logs them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._n = 0
+        self._lock = threading.Lock()  # counted on the env's loop thread, taken on the stepping one
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Error message received" in str(record.msg):
+            text = " ".join(str(a) for a in record.args or ())
+            if "[Unavailable choice]" in text or "[Invalid choice]" in text:
+                with self._lock:
+                    self._n += 1
+        return True
+
+    def take(self) -> int:
+        with self._lock:
+            n, self._n = self._n, 0
+        return n
+
+
+def _cancel_loop_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    def cancel():
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+
+    if not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(cancel)
+        except RuntimeError:  # closed meanwhile
+            pass
+
+
+def close_pokeenv(env: DocsExampleEnv, timeout: float = CLOSE_TIMEOUT_S) -> None:
+    """``PokeEnv.close()`` (forfeits a battle in progress and waits for it to end), then what
+    it leaves running: both players' websockets, the tasks on the env's loop, the loop and
+    its thread. Each wait is bounded; never raises."""
+    loop = env._loop
+    closer = threading.Thread(target=_quietly(env.close), name="envbench-close", daemon=True)
+    closer.start()
+    closer.join(timeout)
+    if closer.is_alive():  # a battle that never ends (server gone): unblock close()
+        _cancel_loop_tasks(loop)
+        closer.join(5.0)
+    for agent in (env.agent1, env.agent2):
+        agent.logger.disabled = True  # "Listen interrupted", sends to a closed socket: noise now
+        client = agent.ps_client
+        if getattr(client, "websocket", None) is not None and not loop.is_closed():
+            _quietly(lambda: asyncio.run_coroutine_threadsafe(client._stop_listening(), loop).result(5.0))()
+        listening = getattr(client, "_listening_coroutine", None)
+        if listening is not None:
+            _quietly(lambda: concurrent.futures.wait([listening], timeout=5.0))()
+
+    async def cancel_rest():
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for t in rest:
+            t.cancel()
+        await asyncio.wait(rest, timeout=5.0) if rest else None
+
+    if not loop.is_closed():
+        _quietly(lambda: asyncio.run_coroutine_threadsafe(cancel_rest(), loop).result(10.0))()
+        _quietly(lambda: loop.call_soon_threadsafe(loop.stop))()
+        deadline = time.monotonic() + 5.0
+        while loop.is_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not loop.is_running():  # its thread has left run_forever and ends now
+            _quietly(loop.close)()
+
+
+def _quietly(fn: Callable[[], Any]) -> Callable[[], None]:
+    def run():
+        try:
+            fn()
+        except BaseException:  # noqa: BLE001 - teardown is best effort
+            pass
+    return run
+
+
+def make_env(ws_url: str, battle_format: str, names: tuple[str, str, str]) -> ProbedEnv:
+    """One docs-style env (picklable through functools.partial: SubprocVecEnv's factory)."""
+    server = ServerConfiguration(ws_url, None)  # type: ignore[arg-type]  # no login server
+    env = DocsExampleEnv(
+        battle_format=battle_format,
+        log_level=POKEENV_LOG_LEVEL,
+        server_configuration=server,
+        account_configuration1=AccountConfiguration(names[0], None),
+        account_configuration2=AccountConfiguration(names[1], None),
+        strict=True,  # an order not among the battle's valid orders raises, never reaches Showdown
+    )
+    try:
+        opponent = RandomPlayer(
+            account_configuration=AccountConfiguration(names[2], None),
+            battle_format=battle_format,
+            server_configuration=server,
+            log_level=POKEENV_LOG_LEVEL,
+            start_listening=False,
+        )
+        return ProbedEnv(SingleAgentWrapper(env, opponent))
+    except BaseException:
+        close_pokeenv(env, timeout=5.0)
+        raise
+
+
+def pick_legal(mask: np.ndarray, rng: np.random.Generator) -> int:
+    """Uniform among the mask's legal actions (DEFAULT_ACTION if it has none)."""
+    legal = np.flatnonzero(mask)
+    if legal.size == 0:
+        return DEFAULT_ACTION
+    return int(legal[rng.integers(legal.size)])
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.decisions = 0
+        self.env_steps = 0
+        self.battles = 0
+        self.defaults = 0
+        self.rejected = 0
+
+    def snapshot(self) -> tuple[int, int, int, int]:
+        return self.decisions, self.env_steps, self.battles, self.defaults, self.rejected
+
+
+class _SingleDriver:
+    """One env in a plain reset/step loop."""
+
+    def __init__(self, env: ProbedEnv, rng: np.random.Generator, seed: Optional[int]):
+        self.env, self.rng, self.counts = env, rng, _Counts()
+        self.obs, _ = env.reset(seed=seed)
+
+    def step(self) -> None:
+        action = pick_legal(self.obs["action_mask"], self.rng)
+        self.obs, _, terminated, truncated, info = self.env.step(np.int64(action))
+        c = self.counts
+        c.env_steps += 1
+        c.rejected += info.get(REJECTED, 0)
+        if info.get(ORDER_SENT, True):
+            c.decisions += 1
+            c.defaults += action == DEFAULT_ACTION
+        if terminated or truncated:
+            c.battles += 1
+            self.obs, _ = self.env.reset()
+
+
+class _VecDriver:
+    """An SB3 VecEnv (auto-reset on done) stepped with one random-legal action per env."""
+
+    def __init__(self, venv, rng: np.random.Generator, seed: Optional[int]):
+        self.venv, self.rng, self.counts = venv, rng, _Counts()
+        if seed is not None:
+            venv.seed(seed)
+        self.obs = venv.reset()
+
+    def step(self) -> None:
+        masks = self.obs["action_mask"]
+        actions = np.array([pick_legal(m, self.rng) for m in masks], dtype=np.int64)
+        self.obs, _, dones, infos = self.venv.step(actions)
+        c = self.counts
+        c.env_steps += len(actions)
+        for action, info in zip(actions, infos):
+            c.rejected += info.get(REJECTED, 0)
+            if info.get(ORDER_SENT, True):
+                c.decisions += 1
+                c.defaults += action == DEFAULT_ACTION
+        c.battles += int(np.sum(dones))
+
+
+class _Watchdog:
+    """After ``after_s``, unblock a set-up stuck in poke-env (a step waits forever for a
+    server that stopped answering): cancel in-process envs' loop tasks, end subprocess
+    workers (the parent's pipe read then fails)."""
+
+    def __init__(self, after_s: float):
+        self.envs: list[ProbedEnv] = []
+        self.processes: list = []
+        self.fired = False
+        self._timer = threading.Timer(after_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        for env in self.envs:
+            env.cancel_all()
+        for p in self.processes:
+            try:
+                if p.is_alive():
+                    p.terminate()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._timer.is_alive():
+            self._timer.join()
+
+
+def _close_subproc(venv) -> None:
+    """``SubprocVecEnv.close()``; if a worker is already dead (close() then fails midway) or
+    hangs, end the rest so that no worker outlives the measurement."""
+    try:
+        venv.close()
+    except Exception:  # noqa: BLE001 - a dead worker's pipe
+        for remote in venv.remotes:
+            _quietly(lambda: remote.send(("close", None)))()
+    for p in venv.processes:
+        p.join(CLOSE_TIMEOUT_S + 10.0)
+        if p.is_alive():
+            p.terminate()
+            p.join(5.0)
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)
+    for remote in venv.remotes:
+        _quietly(remote.close)()
+    venv.closed = True
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+def measure_pokeenv(url: str, setup: str, seconds: float, warmup_s: float = 3.0,
+                    battle_format: str = "gen9randombattle", seed: int | None = None) -> dict:
+    """Run poke-env's SinglesEnv wrapped in SingleAgentWrapper against a RandomPlayer opponent,
+    stepped by a random-legal consumer, for `seconds` after `warmup_s`; returns
+    {"setup": setup, "envs": n, "decisions": int, "battles": int, "seconds": float,
+     "decisions_per_s": float, "battles_per_s": float} (plus "env_steps", "default_orders",
+    "rejected_choices" and, for subproc set-ups, "start_method"), or {"setup", "envs", "error":
+    one line} if the set-up failed. ``url``: the server's http(s)://host:port or ws URL."""
+    if setup not in SETUPS:
+        return {"setup": setup, "envs": 0, "error": f"unknown set-up {setup!r} (one of {', '.join(SETUPS)})"}
+    kind, n = SETUPS[setup]
+    result: dict = {"setup": setup, "envs": n}
+    try:
+        result.update(_measure(url, kind, n, seconds, warmup_s, battle_format, seed))
+    except Exception as exc:  # noqa: BLE001 - one broken set-up must not lose the others
+        result["error"] = _one_line(exc)
+    return result
+
+
+def _measure(url: str, kind: str, n: int, seconds: float, warmup_s: float,
+             battle_format: str, seed: Optional[int]) -> dict:
+    ws_url = url if url.startswith(("ws://", "wss://")) else websocket_url(url)
+    tag = secrets.token_hex(3)
+    factories = [functools.partial(make_env, ws_url, battle_format, (f"pe{tag}{i}a", f"pe{tag}{i}b", f"pe{tag}{i}o"))
+                 for i in range(n)]
+    rng = np.random.default_rng(seed)
+    watchdog = _Watchdog(warmup_s + seconds + WATCHDOG_GRACE_S + 15.0 * n)
+    envs: list[ProbedEnv] = []
+    venv = None
+    extra: dict = {}
+    try:
+        if kind == "subproc":
+            import multiprocessing.resource_tracker as resource_tracker
+
+            from stable_baselines3.common.vec_env import SubprocVecEnv
+
+            tracker_was_running = resource_tracker._resource_tracker._fd is not None
+            try:
+                venv = SubprocVecEnv(factories, start_method=SUBPROC_START_METHOD)
+                watchdog.processes = list(venv.processes)
+            finally:
+                # spawn starts Python's resource tracker; stop it if this call started it
+                if not tracker_was_running:
+                    extra["_stop_tracker"] = resource_tracker._resource_tracker
+            extra["start_method"] = SUBPROC_START_METHOD
+            driver: Any = _VecDriver(venv, rng, seed)
+        else:
+            for fn in factories:
+                envs.append(fn())
+            watchdog.envs = list(envs)
+            if kind == "single":
+                driver = _SingleDriver(envs[0], rng, seed)
+            else:
+                from stable_baselines3.common.vec_env import DummyVecEnv
+
+                venv = DummyVecEnv([functools.partial(_given, env) for env in envs])
+                driver = _VecDriver(venv, rng, seed)
+
+        start = time.monotonic()
+        while time.monotonic() - start < warmup_s:
+            driver.step()
+        before = driver.counts.snapshot()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            driver.step()
+        elapsed = time.monotonic() - t0
+        after = driver.counts.snapshot()
+        decisions, env_steps, battles, defaults, rejected = (a - b for a, b in zip(after, before))
+    except Exception as exc:
+        if watchdog.fired:
+            raise TimeoutError(f"set-up stuck past its deadline, torn down ({_one_line(exc)})") from exc
+        raise
+    finally:
+        watchdog.cancel()
+        tracker = extra.pop("_stop_tracker", None)
+        if venv is not None and kind == "subproc":
+            _close_subproc(venv)
+        elif venv is not None:
+            _quietly(venv.close)()  # DummyVecEnv.close(): each env's close()
+        for env in envs:
+            env.close()  # idempotent
+        if tracker is not None:
+            _quietly(tracker._stop)()
+    return {
+        "decisions": int(decisions),
+        "battles": int(battles),
+        "seconds": elapsed,
+        "decisions_per_s": decisions / elapsed if elapsed > 0 else float("nan"),
+        "battles_per_s": battles / elapsed if elapsed > 0 else float("nan"),
+        "env_steps": int(env_steps),
+        "default_orders": int(defaults),
+        "rejected_choices": int(rejected),
+        **extra,
+    }
+
+
+def _given(env: ProbedEnv) -> ProbedEnv:
+    return env
+
+
+__all__ = ["SETUPS", "measure_pokeenv", "make_env", "DocsExampleEnv", "ProbedEnv", "pick_legal"]
+
+
+if __name__ == "__main__":  # pragma: no cover - quick manual run: python -m maple_async.tools.envbench URL
+    import json
+    import sys
+
+    logging.basicConfig(level=logging.WARNING)
+    target = sys.argv[1]
+    for name in sys.argv[2:] or list(SETUPS):
+        print(json.dumps(measure_pokeenv(target, name, seconds=15.0)), flush=True)
