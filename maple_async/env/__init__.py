@@ -3,7 +3,13 @@ battle sides (:class:`BattlePool`) and its Gymnasium and Stable-Baselines3 faces
 
 from .pool import N_ACTIONS, OBS_DIM, BattlePool
 
-__all__ = ["BattlePool", "N_ACTIONS", "OBS_DIM", "make_vector_env", "make_sb3_vec_env"]
+__all__ = ["BattlePool", "N_ACTIONS", "OBS_DIM", "evaluate_policy", "make_vector_env", "make_sb3_vec_env"]
+
+
+def evaluate_policy(*args, **kwargs):
+    """An outside policy against baselines and checkpoints (``maple-async eval --policy``)."""
+    from ..tools.evaluate import evaluate_policy as run
+    return run(*args, **kwargs)
 
 
 def make_vector_env(*args, **kwargs):

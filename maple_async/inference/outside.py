@@ -6,16 +6,19 @@ bool ``[B, N_ACTIONS]`` and ``actions`` ints ``[B]``. A recurrent policy declare
 ``hidden_dim > 0`` and is called ``policy(obs, masks, hidden) -> (actions, new_hidden)``
 with ``hidden`` float32 ``[B, hidden_dim]``: the runner keeps that state per battle side
 (zero at its first decision), as it does for its own networks. ``policy.reset()``, if
-present, is never needed. A policy can be given as the object or as ``"module:attr"``
-(importable in every process, so spawned shards can load it); an attribute that is a
+present, is never needed. A policy can be given as the object, as ``"module:attr"`` (importable in every process,
+so spawned shards can load it) or as ``"path/to/file.py:attr"``; an attribute that is a
 class or a factory function taking no argument is called once.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,11 +36,20 @@ def load(spec: Any) -> Any:
     """The policy object from ``spec``: an object (returned as is) or ``"module:attr"``."""
     if not isinstance(spec, str):
         return spec
-    module, sep, attr = spec.partition(":")
+    module, sep, attr = spec.rpartition(":")
     if not sep or not module or not attr:
-        raise UserError(f"--policy {spec!r}: expected module:attr (e.g. examples.my_agent:policy)")
+        raise UserError(f"--policy {spec!r}: expected module:attr or path/to/file.py:attr")
     try:
-        obj = importlib.import_module(module)
+        if module.endswith(".py"):
+            path = Path(module)
+            if not path.is_file():
+                raise ImportError(f"no file {module}")
+            loader_spec = importlib.util.spec_from_file_location(f"maple_policy_{path.stem}", path)
+            obj = importlib.util.module_from_spec(loader_spec)
+            sys.modules[loader_spec.name] = obj
+            loader_spec.loader.exec_module(obj)
+        else:
+            obj = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:

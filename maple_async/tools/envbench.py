@@ -206,6 +206,9 @@ def close_pokeenv(env: DocsExampleEnv, timeout: float = CLOSE_TIMEOUT_S) -> None
         while loop.is_running() and time.monotonic() < deadline:
             time.sleep(0.01)
         if not loop.is_running():  # its thread has left run_forever and ends now
+            thread = getattr(env, "_envbench_loop_thread", None)
+            if thread is not None:
+                thread.join(5.0)
             _quietly(loop.close)()
 
 
@@ -229,6 +232,9 @@ def make_env(ws_url: str, battle_format: str, names: tuple[str, str, str]) -> Pr
         account_configuration2=AccountConfiguration(names[1], None),
         strict=True,  # an order not among the battle's valid orders raises, never reaches Showdown
     )
+    # The thread PokeEnv started for its loop (it keeps no reference): joined on close.
+    env._envbench_loop_thread = next(  # type: ignore[attr-defined]
+        (t for t in threading.enumerate() if getattr(t, "_target", None) == env._loop.run_forever), None)
     try:
         opponent = RandomPlayer(
             account_configuration=AccountConfiguration(names[2], None),

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..collect.agent import Agent
 from ..collect.match import Match
 from ..config import Config
+from ..inference.outside import PolicyError
 from ..inference.policy import InferencePolicy
 from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
@@ -70,12 +73,39 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
                   labels=(opponent_label or opponent, "eval"), teams=teams, replays=replays)
     try:
-        seconds = await match.play(n_battles)
+        seconds = await _play_watched(match, n_battles, [policy, getattr(other, "policy", None)])
     finally:
         await match.close(close_batchers=True)
     r = match.results
     return EvalResult(opponent_label or opponent, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"],
                       r["tied"], seconds)
+
+
+async def _play_watched(match: Match, n_battles: int, policies: list) -> float:
+    """:meth:`Match.play`, stopped with the policy's own error as soon as an outside policy
+    fails (the batcher answered its battles with random legal orders meanwhile)."""
+    watched = [p for p in policies if getattr(p, "failed", None) is not None]
+    if not watched:
+        return await match.play(n_battles)
+    t0 = time.perf_counter()
+    task = match.start(n_battles)
+    while not task.done():
+        await asyncio.wait([task], timeout=0.2)
+        for p in watched:
+            if p.failed.is_set():
+                task.cancel()
+                raise PolicyError(p.error)
+    task.result()
+    return time.perf_counter() - t0
+
+
+def policy_for(spec, device, greedy: bool = False):
+    """A checkpoint file's policy (and its config) or an outside policy (``module:attr``,
+    ``file.py:attr`` or an object; its config None)."""
+    from ..inference.outside import OutsidePolicy
+    if isinstance(spec, str) and spec.endswith(".pt"):
+        return policy_from_checkpoint(spec, device, greedy=greedy)
+    return OutsidePolicy(spec), None
 
 
 def bradley_terry(games: dict, anchor: Optional[str] = None, iters: int = 2000) -> dict[str, float]:
@@ -166,3 +196,43 @@ def training_label(opponent: str, train_cfg) -> str:
     if opponent in parse_opponent_mix(train_cfg.opponents):
         return "in training"
     return "teacher (cloned)" if opponent == train_cfg.teacher else "held out"
+
+
+def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), battles: int = 300, *,
+                    config=None, concurrency: int = 32, quiet: bool = False, **options) -> EvalTable:
+    """Evaluate an outside policy (an object, ``module:attr`` or ``file.py:attr``; see
+    :mod:`maple_async.inference.outside`) against baselines and checkpoints, as
+    ``maple-async eval --policy`` does: a managed loopback server unless ``server=URL``;
+    ``config`` and ``**options`` as :class:`maple_async.env.BattlePool` takes them
+    (``battle_format=``, ``teams=``, ``seed=``, any config key). Returns the table; prints
+    its lines unless ``quiet``."""
+    from ..env.pool import make_config
+    from ..run.process import run_async
+    from ..server import server_for
+    fmt = options.pop("battle_format", "gen9randombattle")
+    cfg = make_config(fmt, concurrency, options.pop("teams", None), options.pop("server", None),
+                      options.pop("seed", None), config, options)
+    if isinstance(opponents, str):
+        opponents = [o.strip() for o in opponents.split(",") if o.strip()]
+
+    async def run() -> EvalTable:
+        from ..pokeenv.players import fast_kwargs
+        from ..teams import for_config
+        from ..inference.outside import OutsidePolicy
+        table = EvalTable()
+        me = OutsidePolicy(policy)
+        async with server_for(cfg.server, quiet=True) as server:
+            for opp in opponents:
+                res = await evaluate(me, server.url, opp, battles, batcher_cfg=cfg.batcher,
+                                     concurrency=concurrency, battle_format=cfg.runner.battle_format,
+                                     opponent_label=opp if opp in BASELINES else None,
+                                     battle_options=fast_kwargs(cfg.runner),
+                                     battle_timeout_s=cfg.runner.battle_timeout_s, teams=for_config(cfg))
+                table.results.append((me.name, res, "outside policy"))
+                if not quiet:
+                    print(table.row(-1), flush=True)
+        if not quiet:
+            print("\n".join(table.summary()), flush=True)
+        return table
+
+    return run_async(run())
