@@ -120,9 +120,10 @@ def _replay_writer(args):
     return ReplayWriter(args.replays) if getattr(args, "replays", None) else None
 
 
-async def _play(cfg, n_battles: int, replays=None) -> int:
+async def _play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = None) -> int:
     from .collect.agent import Agent
     from .collect.match import play
+    from .inference.outside import until_failed
     from .inference.policy import InferencePolicy
     from .learn import networks as nets
     from .pokeenv.players import fast_kwargs
@@ -130,26 +131,31 @@ async def _play(cfg, n_battles: int, replays=None) -> int:
     from .teams import for_config
 
     device = setup_process(cfg)
-    policy = InferencePolicy(nets.from_config(cfg.network), device)
+    if policy_spec:
+        from .inference.outside import OutsidePolicy
+        policy = OutsidePolicy(policy_spec)
+    else:
+        policy = InferencePolicy(nets.from_config(cfg.network), device)
     agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
     async with server_for(cfg.server) as server:
         sides = 2 if cfg.runner.opponent == "self" else 1
         prog = asyncio.get_running_loop().create_task(
             _progress("play", lambda: agent.stats.battles // sides, n_battles))
         try:
-            res = await play(agent, server.url, n_battles, opponent=cfg.runner.opponent,
-                             concurrency=cfg.runner.concurrency,
-                             battle_format=cfg.runner.battle_format,
-                             battle_timeout_s=cfg.runner.battle_timeout_s,
-                             battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg),
-                             replays=replays)
+            res = await until_failed(play(agent, server.url, n_battles, opponent=cfg.runner.opponent,
+                                          concurrency=cfg.runner.concurrency,
+                                          battle_format=cfg.runner.battle_format,
+                                          battle_timeout_s=cfg.runner.battle_timeout_s,
+                                          battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg),
+                                          replays=replays), [policy])
         finally:
             prog.cancel()
             await agent.batcher.close()
     print(f"[play] {res.battles} battles in {res.seconds:.1f}s: {res.battles_per_s:.2f} battles/s, "
           f"{res.decisions_per_s:.0f} decisions/s, mean batch {res.mean_batch_size:.1f}, "
           f"win rate {res.wins / max(res.battles, 1):.3f} ({res.wins}W/{res.losses}L/{res.ties}T) "
-          f"network={cfg.network.kind} device={device} concurrency={cfg.runner.concurrency} "
+          f"{'policy=' + policy.name if policy_spec else 'network=' + cfg.network.kind} device={device} "
+          f"concurrency={cfg.runner.concurrency} "
           f"opponent={cfg.runner.opponent}")
     print(f"[play] hidden states left: {len(agent.hidden)}, fallbacks: {agent.stats.fallbacks}, "
           f"[Invalid choice] errors: {agent.stats.invalid_choices}, [Unavailable choice] "
@@ -164,7 +170,7 @@ def cmd_play(args) -> int:
     print_config(cfg)
     check_teams(cfg)
     replays = _replay_writer(args)
-    code = run_async(_play(cfg, args.battles, replays))
+    code = run_async(_play(cfg, args.battles, replays, args.policy))
     if replays is not None:
         print(f"[play] {replays.written} replays in {replays.folder}")
     return code
@@ -275,16 +281,17 @@ async def _eval(cfg, args) -> int:
 
     from .pokeenv.players import BASELINES
     from .server import server_for
-    from .tools.evaluate import EvalTable, policy_from_checkpoint, training_label
+    from .tools.evaluate import EvalTable, policy_for, training_label
 
     device = setup_process(cfg)
     opponents = _eval_opponents(args)
     baselines = [o for o in opponents if o in BASELINES]
-    checkpoints = list(dict.fromkeys([args.checkpoint] + [o for o in opponents if o not in BASELINES]))
+    checkpoints = list(dict.fromkeys([args.checkpoint or args.policy]
+                                     + [o for o in opponents if o not in BASELINES]))
     short = {c: Path(c).name for c in checkpoints}
     if len(set(short.values())) < len(short):
         short = {c: c for c in checkpoints}
-    loaded = {c: policy_from_checkpoint(c, device, greedy=args.greedy) for c in checkpoints}
+    loaded = {c: policy_for(c, device, greedy=args.greedy) for c in checkpoints}
     table = EvalTable()
     quiet = args.json == "-"
     replays = _replay_writer(args)
@@ -296,7 +303,8 @@ async def _eval(cfg, args) -> int:
             for o in baselines + checkpoints[i + 1:]:
                 res = await _evaluate(cfg, policy, server.url, o, args.battles, device,
                                       cfg.runner.concurrency, label=short.get(o, o), replays=replays)
-                table.results.append((short[c], res, training_label(o, ckpt_cfg.train)))
+                label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
+                table.results.append((short[c], res, label))
                 if not quiet:
                     print(table.row(-1), flush=True)
     if args.json:
@@ -319,6 +327,11 @@ def cmd_eval(args) -> int:
     import os
 
     from .pokeenv.players import BASELINES
+    if bool(args.checkpoint) == bool(args.policy):
+        raise UserError("eval needs --checkpoint PATH or --policy module:attr (one of them)")
+    if args.policy:
+        from .inference.outside import load
+        load(args.policy)  # an import error is one line, before any server starts
     for opponent in _eval_opponents(args) or [""]:
         if opponent not in BASELINES and not os.path.isfile(opponent):
             raise UserError(f"--opponents must list {', '.join(BASELINES)} or checkpoint files; "
@@ -496,7 +509,9 @@ def _outside_config(args) -> config_mod.Config:
     """The checkpoint's own config (network, batcher, battle options) with this command's
     server, format, teams, concurrency and device; a default server section otherwise."""
     from .learn import checkpoint as ckpt
-    cfg = config_mod.from_saved(ckpt.load(args.checkpoint)["config"])
+    if bool(args.checkpoint) == bool(args.policy):
+        raise UserError("give --checkpoint PATH or --policy module:attr (one of them)")
+    cfg = config_mod.from_saved(ckpt.load(args.checkpoint)["config"]) if args.checkpoint else config_mod.Config()
     cfg.server = config_mod.ServerConfig()
     if args.server:
         cfg.server.url = args.server
@@ -518,24 +533,25 @@ async def _outside(cfg, args, label: str):
     from .pokeenv.players import run_id
     from .server import server_for
     from .teams import for_config
+    from .inference.outside import until_failed
     from .tools import serve as srv
-    from .tools.evaluate import policy_from_checkpoint
+    from .tools.evaluate import policy_for
 
     creds = credentials_for(args.server or "127.0.0.1", args.credentials, args.username or f"maple{run_id()}")
     device = setup_process(cfg)
-    policy, _ = policy_from_checkpoint(args.checkpoint, device, greedy=args.greedy)
+    policy, _ = policy_for(args.checkpoint or args.policy, device, greedy=args.greedy)
     teams = for_config(cfg)
     async with server_for(cfg.server) as server:
         session = srv.open_session(cfg, policy, server.url, creds, cfg.runner.concurrency, teams,
                                    args.replays, args.login_url or DEFAULT_LOGIN_URL, label)
         if label == "serve":
             try:
-                await srv.serve(session, args.battles, cfg.runner.battle_timeout_s)
+                await until_failed(srv.serve(session, args.battles, cfg.runner.battle_timeout_s), [policy])
             finally:  # Ctrl-C is how a serve without --battles ends: say what it played
                 r = session.player.results
                 print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T", flush=True)
         else:
-            r = await srv.ladder(session, args.battles, cfg.runner.battle_timeout_s)
+            r = await until_failed(srv.ladder(session, args.battles, cfg.runner.battle_timeout_s), [policy])
             rating = (f"rating {r['rating']} on the server's {cfg.runner.battle_format} ladder "
                       f"({r['rating_start']} before the first battle)" if r["rating"] is not None
                       else "the server reported no rating (its ladder may be disabled)")
@@ -564,7 +580,9 @@ def cmd_ladder(args) -> int:
 
 def _add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
     from .pokeenv.accounts import PASSWORD_ENV, USERNAME_ENV
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", default=None, help="the agent to play (or --policy)")
+    p.add_argument("--policy", default=None, metavar="MODULE:ATTR",
+                   help="instead of a checkpoint: a policy trained outside (module:attr or path/to/file.py:attr)")
     p.add_argument("--server", default=None,
                    help="Showdown URL (default: start a managed loopback server); a non-loopback "
                         "server needs a registered account")
@@ -600,6 +618,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("play", help="run battles with a network (no learning) and report throughput")
     pl.add_argument("--battles", type=int, default=200)
+    pl.add_argument("--policy", default=None, metavar="MODULE:ATTR",
+                    help="play an outside policy (module:attr or path/to/file.py:attr) instead of a "
+                         "fresh network")
     pl.add_argument("--replays", default=None, metavar="DIR",
                     help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
     _add_config_flags(pl)
@@ -626,7 +647,10 @@ def build_parser() -> argparse.ArgumentParser:
     pt.set_defaults(func=cmd_pretrain)
 
     ev = sub.add_parser("eval", help="win rate (95%% CI) of a checkpoint against a baseline or checkpoint")
-    ev.add_argument("--checkpoint", required=True)
+    ev.add_argument("--checkpoint", default=None, help="the checkpoint to evaluate (or --policy)")
+    ev.add_argument("--policy", default=None, metavar="MODULE:ATTR",
+                    help="instead of a checkpoint: a policy trained outside (module:attr or "
+                         "path/to/file.py:attr; a batch callable, see docs/env.md)")
     ev.add_argument("--opponents", default=None,
                     help="comma list of random | max_power | heuristics | checkpoint PATH: one row per "
                          "opponent (labelled held out / in training from the checkpoint's mix), ratings; "

@@ -13,6 +13,7 @@ class or a factory function taking no argument is called once.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import inspect
@@ -123,3 +124,17 @@ class OutsidePolicy:
             raise PolicyError(self.error) from e
         zeros = np.zeros(len(actions), dtype=np.float32)
         return actions.astype(np.int64), zeros, zeros, new_hidden
+
+
+async def until_failed(aw, policies) -> Any:
+    """Await ``aw``; as soon as one of ``policies`` (outside ones; others are skipped) has
+    failed, cancel it and raise that policy's error."""
+    watched = [p for p in policies if isinstance(getattr(p, "failed", None), threading.Event)]
+    task = asyncio.ensure_future(aw)
+    while watched and not task.done():
+        await asyncio.wait([task], timeout=0.2)
+        for p in watched:
+            if p.failed.is_set():
+                task.cancel()
+                raise PolicyError(p.error)
+    return await task

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..collect.agent import Agent
 from ..collect.match import Match
 from ..config import Config
-from ..inference.outside import PolicyError
+from ..inference.outside import until_failed
 from ..inference.policy import InferencePolicy
 from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
@@ -73,30 +71,12 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
                   labels=(opponent_label or opponent, "eval"), teams=teams, replays=replays)
     try:
-        seconds = await _play_watched(match, n_battles, [policy, getattr(other, "policy", None)])
+        seconds = await until_failed(match.play(n_battles), [policy, getattr(other, "policy", None)])
     finally:
         await match.close(close_batchers=True)
     r = match.results
     return EvalResult(opponent_label or opponent, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"],
                       r["tied"], seconds)
-
-
-async def _play_watched(match: Match, n_battles: int, policies: list) -> float:
-    """:meth:`Match.play`, stopped with the policy's own error as soon as an outside policy
-    fails (the batcher answered its battles with random legal orders meanwhile)."""
-    watched = [p for p in policies if getattr(p, "failed", None) is not None]
-    if not watched:
-        return await match.play(n_battles)
-    t0 = time.perf_counter()
-    task = match.start(n_battles)
-    while not task.done():
-        await asyncio.wait([task], timeout=0.2)
-        for p in watched:
-            if p.failed.is_set():
-                task.cancel()
-                raise PolicyError(p.error)
-    task.result()
-    return time.perf_counter() - t0
 
 
 def policy_for(spec, device, greedy: bool = False):
