@@ -96,6 +96,7 @@ class _Live:
     last_active: float = 0.0
     battle: object = None  # the battle object of the latest decision (a pool reads it)
     reward: float = 0.0  # the reward credited at the latest decision (0 on a retry)
+    retry: bool = False  # the latest decision replaces one Showdown rejected
 
 
 @dataclass
@@ -187,7 +188,8 @@ class Agent:
         # the rejected action(s), on the refreshed request.
         request = battle.last_request or {}
         rqid = request.get("rqid")
-        retry = live.last_rqid is not None and (rqid == live.last_rqid or bool(request.get("update")))
+        retry = live.retry = live.last_rqid is not None and (rqid == live.last_rqid
+                                                             or bool(request.get("update")))
         if retry:
             self.stats.retries += 1
             live.reward = 0.0

@@ -85,6 +85,7 @@ class Record:
     opponent: str
     outcome: str  # won / lost / tie on a terminal step, else ""
     abandoned: bool
+    retry: bool = False  # Showdown rejected this slot's previous action: this step replaces it
 
 
 def _side_index(key: tuple) -> int:
@@ -200,7 +201,10 @@ class _Slots:
             live = self.agent.live[key]
             battle = live.battle
             obs = r.obs if self.embed is None else self.embed(battle)
-            reward = live.reward if self.reward_fn is None else float(self.reward_fn(battle))
+            if slot.steps == 0:
+                reward = 0.0  # a battle's first step follows no action (as a reset)
+            else:
+                reward = live.reward if self.reward_fn is None else float(self.reward_fn(battle))
             if r.mask[enc.PREVIEW:].any():
                 kind = "preview"
             else:
@@ -208,7 +212,7 @@ class _Slots:
                 kind = "forced_switch" if (any(fs) if isinstance(fs, list) else fs) else "move"
             slot.last_obs = obs
             return Record(slot.env_id, obs, r.mask, reward, False, False, slot.steps, kind, key[0], key[1],
-                          live.opponent, "", False)
+                          live.opponent, "", False, live.retry and slot.steps > 0)
         mask = np.zeros(N_ACTIONS, dtype=bool)
         mask[0] = True  # whatever is sent for a terminal step is ignored
         live = item.live
@@ -475,8 +479,9 @@ class BattlePool:
 
         ``obs`` is ``{"observation": [n, D] float32, "action_mask": [n, A] bool}``; ``info``
         holds arrays ``env_id``, ``elapsed_step`` (0: a new battle), ``action_mask``,
-        ``kind``, ``battle_tag``, ``side``, ``opponent``, ``outcome``, ``abandoned`` and the
-        bool ``timed_out`` (fewer than ``batch_size`` slots, or none, in ``timeout`` s)."""
+        ``kind``, ``battle_tag``, ``side``, ``opponent``, ``outcome``, ``abandoned``,
+        ``retry`` (Showdown rejected the slot's previous action, which this step replaces:
+        rare, from hidden information such as a trapping ability) and the bool ``timed_out`` (fewer than ``batch_size`` slots, or none, in ``timeout`` s)."""
         self._check()
         if not self._started:
             self.async_reset()
@@ -538,6 +543,7 @@ class BattlePool:
             "opponent": np.array([r.opponent for r in records], dtype=object),
             "outcome": np.array([r.outcome for r in records], dtype=object),
             "abandoned": np.fromiter((r.abandoned for r in records), bool, n),
+            "retry": np.fromiter((r.retry for r in records), bool, n),
             "timed_out": timed_out,
         }
         return {"observation": obs, "action_mask": mask}, reward, terminated, truncated, info

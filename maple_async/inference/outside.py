@@ -69,7 +69,9 @@ def _takes_arguments(fn) -> bool:
 
 
 def name_of(spec: Any) -> str:
-    return spec if isinstance(spec, str) else getattr(spec, "name", None) or type(spec).__name__
+    if isinstance(spec, str):
+        return spec
+    return getattr(spec, "name", None) or getattr(spec, "__name__", None) or type(spec).__name__
 
 
 class OutsidePolicy:
