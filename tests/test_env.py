@@ -228,3 +228,20 @@ def test_eval_plays_an_outside_policy_and_stops_on_a_failing_one(showdown_url, t
     assert main(["eval", "--policy", f"{tmp_path}/pol.py:illegal", "--opponents", "random",
                  "--battles", "6", "--server", showdown_url]) == 2
     assert "illegal action 13" in capsys.readouterr().err
+
+
+def test_shards_behind_the_same_api():
+    import multiprocessing as mp
+    rng = np.random.default_rng(6)
+    ids = set()
+    with BattlePool(num_battles=4, shards=2, batch_size=2) as pool:
+        assert type(pool).__name__ == "ShardedPool" and isinstance(pool, BattlePool)
+        assert pool.num_envs == 8
+        play_until(pool, 4, rng, lambda o, r, t, u, info: ids.update(info["env_id"].tolist()))
+        with pytest.raises(ValueError, match="does not exist"):
+            pool.send([0], [8])
+        assert pool.stats["battles"] >= 4
+        procs = list(pool._procs)
+    assert ids <= set(range(8)) and any(e >= 4 for e in ids) and any(e < 4 for e in ids)
+    assert not any(p.is_alive() for p in procs)
+    assert not mp.active_children()

@@ -135,10 +135,14 @@ async def stop_players(players: list, agents=(), forfeit: bool = True, grace_s: 
     """Forfeit the players' unfinished battles (waiting up to ``grace_s`` for them to end),
     close their sockets, then the batchers of ``agents``."""
     if forfeit:
-        await forfeit_unfinished(players)
+        sent: set = set()
         deadline = time.perf_counter() + grace_s
-        while time.perf_counter() < deadline and any(
-                not b.finished for p in players for b in p.battles.values()):
+        while True:
+            # A challenge accepted as the match stopped starts a battle now: forfeit it too.
+            await forfeit_unfinished(players, skip=sent)
+            if time.perf_counter() >= deadline or all(
+                    b.finished for p in players for b in p.battles.values()):
+                break
             await asyncio.sleep(0.1)
     await close_players(*players)
     for a in agents:

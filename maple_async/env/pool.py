@@ -336,11 +336,20 @@ class BattlePool:
     instead of the encoder's; ``reward_fn(battle) -> float``: your reward of the step that
     led to this state (default: the config's composite reward). ``config``: a preset (YAML
     path or Config); ``**options``: its keys (``max_wait_ms=5``, ``"runner.seed"=1``, ...).
+    ``shards``: N > 1 runs the battles in N worker processes, each with its own server
+    (:mod:`maple_async.env.shards`), behind the same API.
     """
+
+    def __new__(cls, *args, shards: int = 1, **kwargs):
+        if cls is BattlePool and shards > 1:
+            from .shards import ShardedPool
+            return super().__new__(ShardedPool)
+        return super().__new__(cls)
 
     def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
                  batch_size: Optional[int] = None, opponent: Any = "self", teams=None,
-                 server: Optional[str] = None, *, config=None, embed_battle: Optional[Callable] = None,
+                 server: Optional[str] = None, *, shards: int = 1, config=None,
+                 embed_battle: Optional[Callable] = None,
                  observation_space=None, reward_fn: Optional[Callable] = None, seed: Optional[int] = None,
                  device: str = "cpu", recv_timeout_s: float = 60.0, start_timeout_s: float = 300.0,
                  quiet: bool = True, **options):
@@ -450,6 +459,13 @@ class BattlePool:
         self._check()
         actions = np.asarray(actions).reshape(-1) if np.ndim(actions) else np.asarray([actions])
         env_ids = np.asarray(env_ids).reshape(-1) if np.ndim(env_ids) else np.asarray([env_ids])
+        seen = self._validate(actions, env_ids)
+        for e in seen:
+            del self._outstanding[e]
+        self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
+
+    def _validate(self, actions: np.ndarray, env_ids: np.ndarray) -> set:
+        """The answered slots; a ``ValueError`` naming every problem (nothing is sent)."""
         if len(actions) != len(env_ids):
             raise ValueError(f"send got {len(actions)} actions for {len(env_ids)} env_ids")
         if not np.issubdtype(actions.dtype, np.integer) or not np.issubdtype(env_ids.dtype, np.integer):
@@ -470,9 +486,7 @@ class BattlePool:
             seen.add(e)
         if problems:
             raise ValueError("send refused, nothing was sent: " + "; ".join(problems))
-        for e in seen:
-            del self._outstanding[e]
-        self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
+        return seen
 
     def recv(self, timeout: Optional[float] = None):
         """The next pending slots: ``(obs, reward, terminated, truncated, info)``.

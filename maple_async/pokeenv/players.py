@@ -212,10 +212,15 @@ def make_baseline(name: str, server_url: str, account: str, concurrency: int,
     return player
 
 
-async def forfeit_unfinished(players) -> None:
-    """Forfeit every battle still running for these players (best effort)."""
+async def forfeit_unfinished(players, skip: Optional[set] = None) -> None:
+    """Forfeit every battle still running for these players (best effort); with ``skip``,
+    only battles not in it, which are added to it."""
     for p in players:
         for tag, battle in list(p.battles.items()):
+            if skip is not None:
+                if (p.username, tag) in skip:
+                    continue
+                skip.add((p.username, tag))
             if not battle.finished:
                 try:
                     await p.ps_client.send_message("/forfeit", tag)

@@ -1,0 +1,154 @@
+"""sb3-contrib's MaskablePPO on maple-async battles, through the Stable-Baselines3 VecEnv face.
+
+``make_sb3_vec_env`` turns a ``BattlePool`` into an SB3 ``VecEnv`` (one env per battle slot;
+self-play by default: both sides of each battle). ``MaskablePPO("MlpPolicy", venv)`` reads the
+legal actions through ``env_method("action_masks")``. A slot that cannot decide in a step is a
+padding step (only action 0 legal, ignored). A callback stops learning at the time limit; the
+model is saved, then evaluated through ``maple_async.env.evaluate_policy`` against random and
+max_power as a batch callable that runs ``model.predict(obs, action_masks=masks)``.
+
+Train 10 minutes on 2 CPU cores, save ``runs/sb3_maskable/model.zip`` and evaluate it over 300
+battles each against random and max_power::
+
+    .venv/bin/python examples/sb3_maskable_ppo.py --minutes 10 --seed 1
+
+Evaluate the saved model again (``policy`` loads ``$MAPLE_EXAMPLE_MODEL``, default
+``runs/sb3_maskable/model.zip``)::
+
+    MAPLE_EXAMPLE_MODEL=runs/sb3_maskable/model.zip .venv/bin/maple-async eval \\
+        --policy examples/sb3_maskable_ppo.py:policy --opponents random,max_power --battles 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+class MaskablePolicy:
+    """A MaskablePPO model as maple-async's batch callable ``policy(obs, masks) -> actions``."""
+
+    name = "sb3_maskable"
+
+    def __init__(self, model=None, path=None, deterministic: bool = False):
+        if model is None:
+            from sb3_contrib import MaskablePPO
+            path = path or os.environ.get("MAPLE_EXAMPLE_MODEL", "runs/sb3_maskable/model.zip")
+            # the schedules are not needed to act (and may be pickled from __main__)
+            model = MaskablePPO.load(path, device="cpu", custom_objects={
+                "learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0})
+        self.model = model
+        self.deterministic = deterministic
+
+    def __call__(self, obs, masks):
+        actions, _ = self.model.predict(obs, action_masks=masks, deterministic=self.deterministic)
+        return np.asarray(actions, dtype=np.int64)
+
+
+def policy():
+    """``maple-async eval --policy examples/sb3_maskable_ppo.py:policy``."""
+    torch.set_num_threads(1)
+    return MaskablePolicy()
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget")
+    p.add_argument("--total-steps", type=int, default=0,
+                   help="stop after this many env steps (all slots, padding included; 0: only the time limit)")
+    p.add_argument("--num-battles", type=int, default=32, help="battles in flight (self-play: 2 envs each)")
+    p.add_argument("--opponent", default="self", help="self, random, max_power or heuristics")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="runs/sb3_maskable")
+    p.add_argument("--eval-battles", type=int, default=300, help="per baseline; 0: skip")
+    p.add_argument("--battle-format", default="gen9randombattle")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--n-steps", type=int, default=64, help="steps per env per rollout")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--n-epochs", type=int, default=4)
+    p.add_argument("--ent-coef", type=float, default=0.01)
+    p.add_argument("--gamma", type=float, default=0.99)
+    p.add_argument("--reward-hp", type=float, default=0.1)
+    p.add_argument("--reward-faint", type=float, default=0.05)
+    return p.parse_args()
+
+
+def main(args) -> None:
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from maple_async.env import evaluate_policy, make_sb3_vec_env
+
+    torch.set_num_threads(1)  # Showdown needs the other core
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    budget = args.minutes * 60.0
+    start = time.time()
+
+    def lr_schedule(progress_remaining: float) -> float:
+        """Linear decay to 5% over the time budget or --total-steps, whichever ends first."""
+        frac = 1.0 - (time.time() - start) / budget
+        if args.total_steps:
+            frac = min(frac, progress_remaining)
+        return args.lr * max(0.05, frac)
+
+    class Progress(BaseCallback):
+        """Stops at the time limit; one line per rollout (decisions, battles, win rates)."""
+
+        def __init__(self):
+            super().__init__()
+            self.decisions = 0
+            self.sides = 0
+            self.outcomes: dict[str, deque] = {}
+
+        def _on_step(self) -> bool:
+            self.decisions += sum(i["is_active"] and "outcome" not in i for i in self.locals["infos"])
+            for info in self.locals["infos"]:
+                outcome = info.get("outcome")
+                if outcome:
+                    self.sides += 1
+                    self.outcomes.setdefault(venv.pool.opponent_name, deque(maxlen=200)).append(
+                        {"won": 1.0, "lost": 0.0}.get(outcome, 0.5))
+            return time.time() - start < budget
+
+        def _on_rollout_end(self) -> None:
+            elapsed = time.time() - start
+            rates = " ".join(f"{o} {np.mean(v):.2f}" for o, v in self.outcomes.items())
+            print(f"[sb3] env steps {self.num_timesteps} | decisions {self.decisions} | sides {self.sides} | "
+                  f"{self.decisions / elapsed:.0f} decisions/s | win rate (last 200) {rates} | "
+                  f"{elapsed:.0f}s", flush=True)
+
+    venv = make_sb3_vec_env(args.battle_format, num_battles=args.num_battles, opponent=args.opponent,
+                            seed=args.seed, **{"reward.hp": args.reward_hp, "reward.faint": args.reward_faint})
+    try:
+        model = MaskablePPO("MlpPolicy", venv, learning_rate=lr_schedule, n_steps=args.n_steps,
+                            batch_size=args.batch_size, n_epochs=args.n_epochs, gamma=args.gamma,
+                            gae_lambda=0.95, ent_coef=args.ent_coef, clip_range=0.2,
+                            policy_kwargs=dict(net_arch=dict(pi=[256, 128], vf=[256, 128])),
+                            seed=args.seed, device="cpu", verbose=0)
+        total = args.total_steps or 10 ** 12
+        model.learn(total_timesteps=total, callback=Progress())
+    finally:
+        venv.close()
+    path = out / "model.zip"
+    model.save(path)
+    print(f"[sb3] {model.num_timesteps} env steps in {time.time() - start:.0f}s; saved {path}", flush=True)
+
+    if args.eval_battles:
+        table = evaluate_policy(MaskablePolicy(model), opponents="random,max_power", battles=args.eval_battles,
+                                seed=args.seed)
+        for _, res, _ in table.results:
+            lo, hi = res.ci95
+            print(f"[sb3] vs {res.opponent}: {res.win_rate:.3f} (95% CI {lo:.3f}-{hi:.3f}, "
+                  f"{res.battles} battles)", flush=True)
+
+
+if __name__ == "__main__":
+    main(parse_args())

@@ -1,0 +1,281 @@
+"""``BattlePool(..., shards=N)``: the battles in N spawned worker processes, one pool each.
+
+Each worker runs an ordinary :class:`~maple_async.env.pool.BattlePool` (its own managed
+loopback server with its share of the simulators, its own event loop) and answers the
+parent over one pipe: a ``recv`` comes back as one message of batch arrays (one pickle per
+batch, not per slot), a ``send`` goes out as one message per worker. Worker ``w``'s slot
+``e`` is the parent's slot ``w * slots_per_shard + e``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import signal
+import time
+from multiprocessing.connection import wait
+from typing import Any, Optional
+
+import numpy as np
+
+from .pool import N_ACTIONS, BattlePool
+
+_POLL_S = 0.002  # a worker with a recv to answer looks at its pipe this often
+
+
+def _worker(conn, args: tuple, kwargs: dict) -> None:
+    from ..server import _die_with_parent
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    try:
+        pool = BattlePool(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", pool.num_envs))
+    want_recv = False
+    try:
+        while True:
+            if conn.poll(_POLL_S if want_recv else None):
+                msg = conn.recv()
+                op = msg[0]
+                if op == "send":
+                    pool.send(msg[1], msg[2])
+                elif op == "recv":
+                    want_recv = True
+                elif op == "reset":
+                    pool.async_reset()
+                elif op == "opponent":
+                    pool.set_opponent(msg[1])
+                elif op == "stats":
+                    conn.send(("stats", pool.stats))
+                elif op == "close":
+                    break
+                continue
+            if want_recv:
+                out = pool.recv(timeout=_POLL_S)
+                if len(out[1]):
+                    conn.send(("batch", out))
+                    want_recv = False
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        pool.close()
+
+
+class ShardedPool(BattlePool):
+    """The same API as :class:`BattlePool` over ``shards`` worker processes; ``num_battles``
+    is split between them (each its own server: ``server=URL`` is refused)."""
+
+    def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
+                 batch_size: Optional[int] = None, opponent: Any = "self", teams=None,
+                 server: Optional[str] = None, *, shards: int = 2, seed: Optional[int] = None,
+                 recv_timeout_s: float = 60.0, start_timeout_s: float = 300.0, **kwargs):
+        if server is not None:
+            raise ValueError("shards > 1 start their own servers (one per shard); server= is for one shard")
+        if num_battles < shards:
+            raise ValueError(f"num_battles ({num_battles}) must be at least shards ({shards})")
+        if kwargs.get("embed_battle") is not None or kwargs.get("reward_fn") is not None:
+            _picklable(kwargs.get("embed_battle"), kwargs.get("reward_fn"))
+        from ..run.process import shard_seed
+        from ..server import resolve_simulators
+        self.shards = shards
+        self.batch_size = batch_size
+        self.recv_timeout_s = recv_timeout_s
+        self.embed_battle = kwargs.get("embed_battle")
+        self.observation_space = kwargs.get("observation_space")
+        self._closed = False
+        self._error = None
+        self._started = False
+        self._outstanding: dict[int, Optional[np.ndarray]] = {}
+        self._carry: list = []
+        self.opponent_name = opponent if isinstance(opponent, str) else getattr(opponent, "__name__", "policy")
+        self.self_play = opponent == "self"
+        ctx = mp.get_context("spawn")
+        sims = kwargs.pop("simulators", None) or resolve_simulators(0, shards)
+        self._conns, self._procs = [], []
+        for i in range(shards):
+            n = num_battles // shards + (i < num_battles % shards)
+            kw = dict(kwargs, battle_format=battle_format, num_battles=n, batch_size=None,
+                      opponent=opponent, teams=teams, simulators=sims, recv_timeout_s=recv_timeout_s,
+                      start_timeout_s=start_timeout_s, seed=None if seed is None else shard_seed(seed, i))
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, (), kw), name=f"maple-pool-shard{i}", daemon=True)
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        self._offsets, self._sizes = [], []
+        offset = 0
+        try:
+            for i, conn in enumerate(self._conns):
+                if not conn.poll(start_timeout_s):
+                    raise TimeoutError(f"shard {i} did not start in {start_timeout_s:.0f}s")
+                kind, value = conn.recv()
+                if kind == "error":
+                    raise RuntimeError(f"shard {i} failed to start: {value}")
+                self._offsets.append(offset)
+                self._sizes.append(value)
+                offset += value
+        except BaseException:
+            self.close()
+            raise
+        self.num_envs = offset
+        self.num_battles = num_battles
+        if batch_size is not None and not 1 <= batch_size <= self.num_envs:
+            self.close()
+            raise ValueError(f"batch_size must be between 1 and the {self.num_envs} slots (or None)")
+        self._asked = [False] * shards
+        atexit.register(self.close)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise RuntimeError("the battle pool is closed")
+        dead = [i for i, p in enumerate(self._procs) if not p.is_alive()]
+        if dead:
+            raise RuntimeError(f"the battle pool stopped: shard {dead[0]} exited "
+                               f"(code {self._procs[dead[0]].exitcode})")
+
+    def async_reset(self) -> None:
+        self._check()
+        if not self._started:
+            self._started = True
+            for conn in self._conns:
+                conn.send(("reset",))
+
+    def send(self, actions, env_ids) -> None:
+        self._check()
+        actions = np.asarray(actions).reshape(-1) if np.ndim(actions) else np.asarray([actions])
+        env_ids = np.asarray(env_ids).reshape(-1) if np.ndim(env_ids) else np.asarray([env_ids])
+        self._validate(actions, env_ids)
+        shard = np.searchsorted(self._offsets, env_ids, side="right") - 1
+        for s in np.unique(shard):
+            rows = shard == s
+            self._conns[s].send(("send", actions[rows].astype(np.int64),
+                                 (env_ids[rows] - self._offsets[s]).astype(np.int64)))
+        for e in env_ids.tolist():
+            del self._outstanding[e]
+
+    def recv(self, timeout: Optional[float] = None):
+        self._check()
+        if not self._started:
+            self.async_reset()
+        timeout = self.recv_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        parts, have = self._carry, sum(len(p[1]) for p in self._carry)
+        self._carry = []
+        want = self.batch_size
+        timed_out = False
+        while want is None and not parts or want is not None and have < want:
+            for i, conn in enumerate(self._conns):
+                if not self._asked[i]:
+                    conn.send(("recv",))
+                    self._asked[i] = True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for conn in wait(self._conns, min(remaining, 1.0)):
+                i = self._conns.index(conn)
+                try:
+                    kind, out = conn.recv()
+                except EOFError:
+                    self._check()
+                    raise
+                self._asked[i] = False
+                out[4]["env_id"] = out[4]["env_id"] + self._offsets[i]
+                parts.append(out)
+                have += len(out[1])
+            self._check()
+        obs, rew, term, trunc, info = _concat(parts)
+        if want is not None and len(rew) > want:
+            keep = slice(0, want)
+            self._carry = [_take(obs, rew, term, trunc, info, slice(want, None))]
+            obs, rew, term, trunc, info = _take(obs, rew, term, trunc, info, keep)
+        info["timed_out"] = timed_out
+        for e, m, t, u in zip(info["env_id"].tolist(), obs["action_mask"], term, trunc):
+            self._outstanding[e] = None if (t or u) else m
+        return obs, rew, term, trunc, info
+
+    def set_opponent(self, opponent: Any) -> None:
+        self._check()
+        if (opponent == "self") != self.self_play:
+            raise ValueError("set_opponent cannot switch between self-play and another opponent "
+                             "(the number of slots differs); make another pool")
+        for conn in self._conns:
+            conn.send(("opponent", opponent))
+
+    @property
+    def stats(self) -> dict:
+        """Every shard's counters, summed (a shard's reply waits behind its pending recv)."""
+        total: dict = {}
+        for i, conn in enumerate(self._conns):
+            conn.send(("stats",))
+        for i, conn in enumerate(self._conns):
+            while True:
+                kind, value = conn.recv()
+                if kind == "stats":
+                    break
+                self._asked[i] = False  # a batch that was on its way: keep it for recv
+                value[4]["env_id"] = value[4]["env_id"] + self._offsets[i]
+                self._carry.append(value)
+            for k, v in value.items():
+                total[k] = total.get(k, 0) + v
+        batches = total.get("batches", 0)
+        total["mean_batch"] = total.get("decisions", 0) / batches if batches else 0.0
+        return total
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        for conn in getattr(self, "_conns", []):
+            try:
+                conn.send(("close",))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in getattr(self, "_procs", []):
+            p.join(timeout)
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+        for conn in getattr(self, "_conns", []):
+            conn.close()
+
+    def __del__(self):
+        try:
+            self.close(timeout=5.0)
+        except Exception:
+            pass
+
+
+def _picklable(*objs) -> None:
+    import pickle
+    for o in objs:
+        if o is not None:
+            try:
+                pickle.dumps(o)
+            except Exception as e:
+                raise ValueError(f"with shards, embed_battle and reward_fn must be picklable "
+                                 f"(module-level functions): {e}") from None
+
+
+def _concat(parts: list):
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        obs = {"observation": np.zeros((0, 0), np.float32), "action_mask": np.zeros((0, N_ACTIONS), bool)}
+        info = {"env_id": np.zeros(0, np.int32), "elapsed_step": np.zeros(0, np.int32),
+                "action_mask": obs["action_mask"]}
+        return obs, np.zeros(0, np.float32), np.zeros(0, bool), np.zeros(0, bool), info
+    obs = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
+    cat = [np.concatenate([p[i] for p in parts]) for i in (1, 2, 3)]
+    info = {k: (np.concatenate([p[4][k] for p in parts]) if isinstance(v, np.ndarray) else v)
+            for k, v in parts[0][4].items()}
+    return obs, *cat, info
+
+
+def _take(obs, rew, term, trunc, info, rows):
+    return ({k: v[rows] for k, v in obs.items()}, rew[rows], term[rows], trunc[rows],
+            {k: (v[rows] if isinstance(v, np.ndarray) else v) for k, v in info.items()})
