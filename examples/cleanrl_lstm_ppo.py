@@ -9,7 +9,8 @@ changes:
 - Slots come back from ``recv`` whenever their side has a decision to make, so the rollout
   is kept per slot: each slot's steps in order, its LSTM state reset when
   ``info["elapsed_step"] == 0`` (a new battle). The reward a record carries is that of the
-  slot's previous action; a terminal record closes the slot's trajectory (a truncated one,
+  slot's previous action (a ``retry`` step replaces the slot's last step, which Showdown
+  rejected: that step is dropped and its LSTM state restored); a terminal record closes the slot's trajectory (a truncated one,
   an abandoned battle, is dropped) and the action sent for it only frees the slot.
 - An update trains on whole finished battles (each battle side a sequence from a zero LSTM
   state), once they hold ``--steps-per-update`` decisions; battles in flight go on meanwhile
@@ -287,6 +288,8 @@ def main(args: Args) -> None:
     H = args.lstm_dim
     lstm_h = [np.zeros((p.num_envs, H), np.float32) for p in pools]
     lstm_c = [np.zeros((p.num_envs, H), np.float32) for p in pools]
+    prev_h = [np.zeros((p.num_envs, H), np.float32) for p in pools]  # the state before the last step
+    prev_c = [np.zeros((p.num_envs, H), np.float32) for p in pools]
     slots = [[defaultdict(list) for _ in range(p.num_envs)] for p in pools]  # per-slot trajectory
     print(f"[cleanrl] {sum(p.num_envs for p in pools)} slots in {len(pools)} pool(s): "
           + ", ".join(f"{p.opponent_name} x{p.num_battles}" for p in pools), flush=True)
@@ -317,6 +320,13 @@ def main(args: Args) -> None:
                 traj.clear()
                 lstm_h[pi][e] = 0.0
                 lstm_c[pi][e] = 0.0
+            elif info["retry"][k] and traj["actions"]:
+                # Showdown rejected the slot's last action: this step replaces it, from the
+                # LSTM state before it (so the update's unroll sees what collection saw)
+                for v in traj.values():
+                    v.pop()
+                lstm_h[pi][e] = prev_h[pi][e]
+                lstm_c[pi][e] = prev_c[pi][e]
             elif traj["rewards"]:
                 traj["rewards"][-1] += float(reward[k])  # the reward of the slot's last action
             if done[k]:
@@ -341,6 +351,8 @@ def main(args: Args) -> None:
                 state = (torch.as_tensor(lstm_h[pi][e])[None], torch.as_tensor(lstm_c[pi][e])[None])
                 logits, value, (h, c) = agent.step(x, state)
                 a, logprob = sample(logits, m)
+            prev_h[pi][e] = lstm_h[pi][e]
+            prev_c[pi][e] = lstm_c[pi][e]
             lstm_h[pi][e] = h[0].numpy()
             lstm_c[pi][e] = c[0].numpy()
             actions[act] = a.numpy()

@@ -303,6 +303,8 @@ def make_config(battle_format: str, num_battles: int, teams, server, seed, confi
     else:
         cfg = config_mod.load(config)
     overrides: dict = {"runner.battle_format": battle_format, "runner.concurrency": num_battles}
+    if config is None:  # the shipped presets' shaped reward, not the bare win/loss of Config()
+        overrides.update({"reward.hp": 0.1, "reward.faint": 0.05})
     if teams is not None:
         overrides["runner.teams"] = str(teams)
     if server is not None:
@@ -334,7 +336,8 @@ class BattlePool:
     (default: a managed loopback server, started here and stopped by :meth:`close`).
     ``embed_battle(battle) -> np.ndarray`` and ``observation_space``: your observation
     instead of the encoder's; ``reward_fn(battle) -> float``: your reward of the step that
-    led to this state (default: the config's composite reward). ``config``: a preset (YAML
+    led to this state (default: the config's composite reward; without ``config``, the
+    presets' win 1, hp 0.1, faint 0.05). ``config``: a preset (YAML
     path or Config); ``**options``: its keys (``max_wait_ms=5``, ``"runner.seed"=1``, ...).
     ``shards``: N > 1 runs the battles in N worker processes, each with its own server
     (:mod:`maple_async.env.shards`), behind the same API.
