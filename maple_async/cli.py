@@ -350,6 +350,17 @@ async def _bench(cfg, args) -> int:
     from .tools import bench
 
     device = setup_process(cfg)
+    if args.env:
+        from .tools import envbench
+        async with server_for(cfg.server, quiet=True) as server:
+            pgid = server.managed.pid if server.managed is not None else None
+            result = await envbench.run_env_bench(
+                cfg, server.url, args.seconds, args.warmup, args.repeats,
+                [int(c) for c in _list(args.env_concurrency)], _list(args.env_setups),
+                server_pgid=pgid, progress=bench.progress)
+        if args.json != "-":
+            print(envbench.env_report(result))
+        return _bench_output(args, [], result)
     if args.shards > 1:
         summary = await bench.run_shards_bench(cfg, device, args.shards, args.seconds, args.warmup, args.learn)
         summary.update(network=cfg.network.kind, device=str(device), concurrency=cfg.runner.concurrency)
@@ -687,6 +698,13 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--checkpoint", default=None, metavar="PATH",
                     help="play (and with --learn, start learning) with this checkpoint's network and "
                          "weights instead of fresh ones: a trained agent's battles are shorter")
+    be.add_argument("--env", action="store_true",
+                    help="the battle pool for outside learners (async API and Gymnasium face, "
+                         "random-legal consumer) against the ceiling and poke-env's own environments")
+    be.add_argument("--env-concurrency", default="64,128", help="with --env: battles in flight of the pool")
+    be.add_argument("--env-setups", default="single,dummy2,dummy8,subproc2,subproc8",
+                    help="with --env: poke-env set-ups (SingleAgentWrapper stepped alone, SB3 DummyVecEnv "
+                         "and SubprocVecEnv with N envs); empty: none")
     be.add_argument("--sweep", default=None,
                     help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
     _add_config_flags(be)

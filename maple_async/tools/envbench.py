@@ -32,9 +32,11 @@ import concurrent.futures
 import functools
 import logging
 import secrets
+import socket
 import threading
 import time
 from typing import Any, Callable, Optional
+from urllib.parse import urlsplit
 
 import gymnasium
 import numpy as np
@@ -364,6 +366,15 @@ def _close_subproc(venv) -> None:
     venv.closed = True
 
 
+def _check_reachable(ws_url: str, timeout: float = 5.0) -> None:
+    """Fail fast on a server that is not there (poke-env would wait ~80 s: connect, then its
+    60 s challenge timeout)."""
+    parts = urlsplit(ws_url)
+    port = parts.port or (443 if parts.scheme == "wss" else 80)
+    with socket.create_connection((parts.hostname, port), timeout=timeout):
+        pass
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
@@ -391,6 +402,7 @@ def measure_pokeenv(url: str, setup: str, seconds: float, warmup_s: float = 3.0,
 def _measure(url: str, kind: str, n: int, seconds: float, warmup_s: float,
              battle_format: str, seed: Optional[int]) -> dict:
     ws_url = url if url.startswith(("ws://", "wss://")) else websocket_url(url)
+    _check_reachable(ws_url)
     tag = secrets.token_hex(3)
     factories = [functools.partial(make_env, ws_url, battle_format, (f"pe{tag}{i}a", f"pe{tag}{i}b", f"pe{tag}{i}o"))
                  for i in range(n)]
@@ -440,6 +452,9 @@ def _measure(url: str, kind: str, n: int, seconds: float, warmup_s: float,
     except Exception as exc:
         if watchdog.fired:
             raise TimeoutError(f"set-up stuck past its deadline, torn down ({_one_line(exc)})") from exc
+        if kind == "subproc" and isinstance(exc, (EOFError, BrokenPipeError, ConnectionResetError)):
+            raise RuntimeError(f"a SubprocVecEnv worker died ({_one_line(exc)}; its traceback is on "
+                               f"stderr)") from exc
         raise
     finally:
         watchdog.cancel()
@@ -480,3 +495,164 @@ if __name__ == "__main__":  # pragma: no cover - quick manual run: python -m map
     target = sys.argv[1]
     for name in sys.argv[2:] or list(SETUPS):
         print(json.dumps(measure_pokeenv(target, name, seconds=15.0)), flush=True)
+
+
+# -- maple-async's pool, driven the same way ------------------------------------------------
+
+def _random_legal(masks: np.ndarray, rng) -> np.ndarray:
+    """A uniform legal action per row (the argmax of uniform noise over the legal ones)."""
+    return np.argmax(rng.random(masks.shape) * masks, axis=1)
+
+
+def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: float = 3.0,
+                 face: str = "async", server_pgid: Optional[int] = None) -> dict:
+    """maple-async's :class:`~maple_async.env.BattlePool` in self-play, stepped by a
+    random-legal consumer in this thread through the async API (``face="async"``: ``recv``
+    what is pending, ``send`` it back) or the synchronous Gymnasium face (``"sync"``: every
+    slot, every step). Decisions are Showdown requests answered (both sides); the window
+    starts after ``warmup_s`` and once as many battle sides as there are slots have ended."""
+    from ..env import BattlePool
+    from ..env.gym import BattleVectorEnv
+    from ..server import group_cpu_s
+    rng = np.random.default_rng(0)
+    kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, server=url, config=cfg)
+    env = BattleVectorEnv(**kwargs) if face == "sync" else None
+    pool = env.pool if env is not None else BattlePool(**kwargs)
+    try:
+        if env is not None:
+            obs, _info = env.reset()
+            step = lambda: env.step(_random_legal(obs["action_mask"], rng))  # noqa: E731
+        else:
+            pool.async_reset()
+
+        def snap() -> tuple:
+            s = pool.stats
+            cpu = group_cpu_s(server_pgid) if server_pgid else None
+            return s["decisions"], s["battles"], time.perf_counter(), time.process_time(), cpu
+
+        t0 = time.perf_counter()
+        start = None
+        while True:
+            if env is not None:
+                obs, _r, _t, _u, _i = step()
+            else:
+                o, _r, _t, _u, info = pool.recv()
+                pool.send(_random_legal(o["action_mask"], rng), info["env_id"])
+            now = time.perf_counter()
+            if start is None:
+                if now - t0 >= warmup_s and pool.stats["battles"] >= pool.num_envs:
+                    start = snap()
+            elif now - start[2] >= seconds:
+                end = snap()
+                break
+    finally:
+        (env or pool).close()
+    d, b, dt = end[0] - start[0], (end[1] - start[1]) / 2, end[2] - start[2]
+    out = {"setup": f"maple-async pool, {face}", "envs": pool.num_envs, "battles_in_flight": num_battles,
+           "decisions": d, "battles": b, "seconds": dt, "decisions_per_s": d / dt, "battles_per_s": b / dt,
+           "cpu_us_per_decision": 1e6 * (end[3] - start[3]) / d if d else float("nan")}
+    if start[4] is not None and end[4] is not None:
+        out["server_cpu_us_per_decision"] = 1e6 * (end[4] - start[4]) / d if d else float("nan")
+    return out
+
+
+# -- bench --env: every phase on one server, in one run -------------------------------------
+
+def _pooled(windows: list[dict]) -> dict:
+    """Rounds of one phase as one window (counts and seconds summed)."""
+    ok = [w for w in windows if "error" not in w]
+    if not ok:
+        return dict(windows[0])
+    out = dict(ok[0])
+    for k in ("decisions", "battles", "seconds"):
+        out[k] = sum(w[k] for w in ok)
+    out["decisions_per_s"] = out["decisions"] / out["seconds"]
+    out["battles_per_s"] = out["battles"] / out["seconds"]
+    for k in ("cpu_us_per_decision", "server_cpu_us_per_decision"):
+        if k in out:
+            out[k] = sum(w[k] * w["decisions"] for w in ok) / out["decisions"]
+    out["rounds"] = [w["decisions_per_s"] for w in ok]
+    return out
+
+
+async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats: int = 1,
+                        concurrencies=(64, 128), setups=tuple(SETUPS), sync_concurrency: Optional[int] = None,
+                        server_pgid: Optional[int] = None, progress=print) -> dict:
+    """One run on one server: per round, the RandomPlayer ceiling and the pool's async API
+    at each concurrency, the synchronous face at ``sync_concurrency`` (default the first),
+    and poke-env's own environment set-ups; rounds alternate their order (a machine that
+    drifts biases no phase). Returns the pooled windows and the ratios."""
+    from . import bench
+    sync_c = sync_concurrency or concurrencies[0]
+    phases: list[tuple[str, Callable]] = []
+    for c in concurrencies:
+        async def ceiling(c=c):
+            w = await bench.measure_ceiling(url, c, seconds, warmup_s, cfg.runner.battle_format, server_pgid,
+                                            bench.for_config(cfg))
+            out = {"setup": "ceiling (RandomPlayer vs RandomPlayer)", "battles_in_flight": c,
+                   "decisions": w.decisions, "battles": w.battles, "seconds": w.seconds,
+                   "decisions_per_s": w.decisions_per_s, "battles_per_s": w.battles_per_s,
+                   "cpu_us_per_decision": w.us_per_decision(w.cpu_s)}
+            if server_pgid:
+                out["server_cpu_us_per_decision"] = w.us_per_decision(w.server_cpu_s)
+            return out
+        phases.append((f"ceiling@{c}", ceiling))
+        phases.append((f"async@{c}", functools.partial(asyncio.to_thread, measure_pool, url, cfg, c, seconds,
+                                                       warmup_s, "async", server_pgid)))
+    phases.append((f"sync@{sync_c}", functools.partial(asyncio.to_thread, measure_pool, url, cfg, sync_c, seconds,
+                                                       warmup_s, "sync", server_pgid)))
+    for s in setups:
+        phases.append((f"poke-env {s}", functools.partial(asyncio.to_thread, measure_pokeenv, url, s, seconds,
+                                                          warmup_s, cfg.runner.battle_format)))
+    windows: dict[str, list] = {name: [] for name, _ in phases}
+    for r in range(repeats):
+        order = phases if r % 2 == 0 else phases[::-1]
+        for name, run in order:
+            progress(f"round {r + 1}/{repeats}: {name}")
+            windows[name].append(await run())
+    out = {"phases": {name: _pooled(ws) for name, ws in windows.items()}, "repeats": repeats,
+           "seconds": seconds, "warmup_s": warmup_s, "battle_format": cfg.runner.battle_format}
+    ph = out["phases"]
+    best = max((w for n, w in ph.items() if n.startswith("poke-env") and "error" not in w),
+               key=lambda w: w["decisions_per_s"], default=None)
+    out["best_pokeenv"] = best["setup"] if best else None
+    for c in concurrencies:
+        a, ceil = ph[f"async@{c}"], ph[f"ceiling@{c}"]
+        if "error" in a or "error" in ceil:
+            continue
+        a["ratio_to_ceiling"] = a["decisions_per_s"] / ceil["decisions_per_s"]
+        rounds = [x / y for x, y in zip(a["rounds"], ceil["rounds"])]
+        a["ratio_rounds"] = rounds
+        a["ratio_mean"], a["ratio_ci95"] = bench.mean_ci95(rounds)
+        if best:
+            a["x_best_pokeenv"] = a["decisions_per_s"] / best["decisions_per_s"]
+    s, a = ph[f"sync@{sync_c}"], ph.get(f"async@{sync_c}")
+    if a and "error" not in s and "error" not in a:
+        s["ratio_to_async"] = s["decisions_per_s"] / a["decisions_per_s"]
+    return out
+
+
+def env_report(result: dict) -> str:
+    """The bench's table: every phase's decisions/s and battles/s, the ratios."""
+    rows = ["| phase | battles in flight / envs | decisions/s | battles/s | ratio | CPU us/decision (ours / Showdown) |",
+            "|---|---|---|---|---|---|"]
+    for name, w in result["phases"].items():
+        if "error" in w:
+            rows.append(f"| {name} | | error: {w['error']} | | | |")
+            continue
+        size = w.get("battles_in_flight", w.get("envs", ""))
+        ratio = ""
+        if "ratio_to_ceiling" in w:
+            m, h = w["ratio_mean"], w["ratio_ci95"]
+            ci = f", rounds {m:.2f} ± {h:.2f}" if h == h else ""
+            ratio = f"{w['ratio_to_ceiling']:.2f} of the ceiling{ci}; {w.get('x_best_pokeenv', float('nan')):.1f}x best poke-env"
+        elif "ratio_to_async" in w:
+            ratio = f"{w['ratio_to_async']:.2f} of the async API"
+        cpu = ""
+        if "cpu_us_per_decision" in w:
+            cpu = f"{w['cpu_us_per_decision']:.0f} / {w.get('server_cpu_us_per_decision', float('nan')):.0f}"
+        rows.append(f"| {name} | {size} | {w['decisions_per_s']:.0f} | {w['battles_per_s']:.2f} | {ratio} | {cpu} |")
+    head = (f"bench --env: {result['battle_format']}, {result['repeats']} round(s) of {result['seconds']:.0f} s "
+            f"windows after {result['warmup_s']:.0f} s warm-up, one server; best poke-env set-up: "
+            f"{result['best_pokeenv']}")
+    return head + "\n" + "\n".join(rows)
