@@ -357,7 +357,7 @@ async def _bench(cfg, args) -> int:
             result = await envbench.run_env_bench(
                 cfg, server.url, args.seconds, args.warmup, args.repeats,
                 [int(c) for c in _list(args.env_concurrency)], _list(args.env_setups),
-                server_pgid=pgid, progress=bench.progress)
+                server_pgid=pgid, progress=bench.progress, shards=args.shards)
         if args.json != "-":
             print(envbench.env_report(result))
         return _bench_output(args, [], result)
@@ -423,7 +423,8 @@ def cmd_bench(args) -> int:
     cfg = load_config(args)
     if args.seconds <= 0 or args.warmup < 0 or args.repeats < 1:
         raise UserError("--seconds must be > 0, --warmup >= 0 and --repeats >= 1")
-    if args.shards < 1 or (args.shards > 1 and (args.sweep or args.repeats > 1 or args.throttle_server)):
+    if args.shards < 1 or (args.shards > 1 and not args.env
+                           and (args.sweep or args.repeats > 1 or args.throttle_server)):
         raise UserError("--shards must be >= 1, and --shards N > 1 takes no --sweep, --repeats or --throttle-server")
     if not 0 <= args.throttle_server < 1 or (args.throttle_server and cfg.server.url):
         raise UserError("--throttle-server must be in [0, 1) and needs a managed server (no --server)")
@@ -701,7 +702,8 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--env", action="store_true",
                     help="the battle pool for outside learners (async API and Gymnasium face, "
                          "random-legal consumer) against the ceiling and poke-env's own environments")
-    be.add_argument("--env-concurrency", default="64,128", help="with --env: battles in flight of the pool")
+    be.add_argument("--env-concurrency", default="64,128",
+                    help="with --env: battles in flight of the pool (--shards N adds the first with N shards)")
     be.add_argument("--env-setups", default="single,dummy2,dummy8,subproc2,subproc8",
                     help="with --env: poke-env set-ups (SingleAgentWrapper stepped alone, SB3 DummyVecEnv "
                          "and SubprocVecEnv with N envs); empty: none")

@@ -25,3 +25,19 @@ def test_pokeenv_setup_measures_and_closes(showdown_url, setup):
     assert r["default_orders"] == 0
     leaked = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
     assert not leaked, leaked
+
+
+@pytest.mark.integration
+def test_bench_env_reports_every_phase_with_ratios(showdown_url, capsys):
+    import json
+
+    from maple_async.cli import main
+    assert main(["bench", "--env", "--server", showdown_url, "--seconds", "2", "--warmup", "0",
+                 "--env-concurrency", "2", "--env-setups", "single", "--json", "-"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    phases = result["phases"]
+    assert set(phases) == {"ceiling@2", "async@2", "sync@2", "poke-env single"}
+    assert all("error" not in w and w["decisions"] > 0 for w in phases.values())
+    assert phases["async@2"]["ratio_to_ceiling"] > 0 and phases["async@2"]["x_best_pokeenv"] > 0
+    assert phases["sync@2"]["ratio_to_async"] > 0
+    assert result["best_pokeenv"] == "single"

@@ -141,7 +141,13 @@ class _Slots:
         env_id = self.slot_of.get(item.key)
         if env_id is None:
             if item.kind != "decide":  # it never reached the caller: nothing to end
-                self.waiting = deque(w for w in self.waiting if w.key != item.key or self._drop(w))
+                kept: deque = deque()
+                for w in self.waiting:
+                    if w.key == item.key:
+                        self._drop(w)
+                    else:
+                        kept.append(w)
+                self.waiting = kept
                 self._no_slot_end(item.key)
                 return
             tag = item.key[0]
@@ -170,13 +176,13 @@ class _Slots:
         else:
             self._side_released(key[0], b, _side_index(key))
 
-    def _drop(self, item: _Item) -> bool:
+    def _drop(self, item: _Item) -> None:
+        """An item that will never reach the caller: its decision (if any) is released."""
         if item.kind == "decide":
             self.with_caller -= 1
             fut = item.request.future
             if not fut.done():
                 fut.set_result(Decision(-1, 0.0, 0.0, 0))
-        return False
 
     def _stale(self, item: _Item) -> bool:
         if item.kind != "decide":

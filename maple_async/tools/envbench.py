@@ -505,17 +505,21 @@ def _random_legal(masks: np.ndarray, rng) -> np.ndarray:
 
 
 def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: float = 3.0,
-                 face: str = "async", server_pgid: Optional[int] = None) -> dict:
+                 face: str = "async", server_pgid: Optional[int] = None, shards: int = 1) -> dict:
     """maple-async's :class:`~maple_async.env.BattlePool` in self-play, stepped by a
     random-legal consumer in this thread through the async API (``face="async"``: ``recv``
     what is pending, ``send`` it back) or the synchronous Gymnasium face (``"sync"``: every
     slot, every step). Decisions are Showdown requests answered (both sides); the window
-    starts after ``warmup_s`` and once as many battle sides as there are slots have ended."""
+    starts after ``warmup_s`` and once as many battle sides as there are slots have ended.
+    ``shards`` > 1: the pool's own shards, each with its own managed server (not ``url``)."""
     from ..env import BattlePool
     from ..env.gym import BattleVectorEnv
     from ..server import group_cpu_s
     rng = np.random.default_rng(0)
-    kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, server=url, config=cfg)
+    kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, config=cfg,
+                  server=url if shards == 1 else None, shards=shards)
+    if shards > 1:
+        server_pgid = None
     env = BattleVectorEnv(**kwargs) if face == "sync" else None
     pool = env.pool if env is not None else BattlePool(**kwargs)
     try:
@@ -530,7 +534,7 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
             cpu = group_cpu_s(server_pgid) if server_pgid else None
             return s["decisions"], s["battles"], time.perf_counter(), time.process_time(), cpu
 
-        t0 = time.perf_counter()
+        t0 = t_check = time.perf_counter()
         start = None
         while True:
             if env is not None:
@@ -540,15 +544,18 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
                 pool.send(_random_legal(o["action_mask"], rng), info["env_id"])
             now = time.perf_counter()
             if start is None:
-                if now - t0 >= warmup_s and pool.stats["battles"] >= pool.num_envs:
-                    start = snap()
+                if now - t0 >= warmup_s and now - t_check >= 0.5:  # (a sharded pool's stats cost a round trip)
+                    t_check = now
+                    if pool.stats["battles"] >= pool.num_envs:
+                        start = snap()
             elif now - start[2] >= seconds:
                 end = snap()
                 break
     finally:
         (env or pool).close()
     d, b, dt = end[0] - start[0], (end[1] - start[1]) / 2, end[2] - start[2]
-    out = {"setup": f"maple-async pool, {face}", "envs": pool.num_envs, "battles_in_flight": num_battles,
+    out = {"setup": f"maple-async pool, {face}" + (f", {shards} shards" if shards > 1 else ""),
+           "envs": pool.num_envs, "battles_in_flight": num_battles,
            "decisions": d, "battles": b, "seconds": dt, "decisions_per_s": d / dt, "battles_per_s": b / dt,
            "cpu_us_per_decision": 1e6 * (end[3] - start[3]) / d if d else float("nan")}
     if start[4] is not None and end[4] is not None:
@@ -577,11 +584,13 @@ def _pooled(windows: list[dict]) -> dict:
 
 async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats: int = 1,
                         concurrencies=(64, 128), setups=tuple(SETUPS), sync_concurrency: Optional[int] = None,
-                        server_pgid: Optional[int] = None, progress=print) -> dict:
+                        server_pgid: Optional[int] = None, progress=print, shards: int = 1) -> dict:
     """One run on one server: per round, the RandomPlayer ceiling and the pool's async API
     at each concurrency, the synchronous face at ``sync_concurrency`` (default the first),
     and poke-env's own environment set-ups; rounds alternate their order (a machine that
-    drifts biases no phase). Returns the pooled windows and the ratios."""
+    drifts biases no phase). ``shards`` > 1 adds the async API at the first concurrency
+    with that many shards (their own servers: the same machine, not the same server).
+    Returns the pooled windows and the ratios."""
     from . import bench
     sync_c = sync_concurrency or concurrencies[0]
     phases: list[tuple[str, Callable]] = []
@@ -601,6 +610,10 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
                                                        warmup_s, "async", server_pgid)))
     phases.append((f"sync@{sync_c}", functools.partial(asyncio.to_thread, measure_pool, url, cfg, sync_c, seconds,
                                                        warmup_s, "sync", server_pgid)))
+    if shards > 1:
+        c = concurrencies[0]
+        phases.append((f"async@{c} shards={shards}", functools.partial(
+            asyncio.to_thread, measure_pool, url, cfg, c, seconds, warmup_s, "async", None, shards)))
     for s in setups:
         phases.append((f"poke-env {s}", functools.partial(asyncio.to_thread, measure_pokeenv, url, s, seconds,
                                                           warmup_s, cfg.runner.battle_format)))
@@ -626,9 +639,10 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
         a["ratio_mean"], a["ratio_ci95"] = bench.mean_ci95(rounds)
         if best:
             a["x_best_pokeenv"] = a["decisions_per_s"] / best["decisions_per_s"]
-    s, a = ph[f"sync@{sync_c}"], ph.get(f"async@{sync_c}")
-    if a and "error" not in s and "error" not in a:
-        s["ratio_to_async"] = s["decisions_per_s"] / a["decisions_per_s"]
+    for name in (f"sync@{sync_c}", f"async@{concurrencies[0]} shards={shards}"):
+        s, a = ph.get(name), ph.get(f"async@{name.split('@')[1].split()[0]}")
+        if s and a and "error" not in s and "error" not in a:
+            s["ratio_to_async"] = s["decisions_per_s"] / a["decisions_per_s"]
     return out
 
 
@@ -647,7 +661,7 @@ def env_report(result: dict) -> str:
             ci = f", rounds {m:.2f} ± {h:.2f}" if h == h else ""
             ratio = f"{w['ratio_to_ceiling']:.2f} of the ceiling{ci}; {w.get('x_best_pokeenv', float('nan')):.1f}x best poke-env"
         elif "ratio_to_async" in w:
-            ratio = f"{w['ratio_to_async']:.2f} of the async API"
+            ratio = f"{w['ratio_to_async']:.2f} of the async API (one process)"
         cpu = ""
         if "cpu_us_per_decision" in w:
             cpu = f"{w['cpu_us_per_decision']:.0f} / {w.get('server_cpu_us_per_decision', float('nan')):.0f}"
