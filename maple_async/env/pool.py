@@ -473,6 +473,14 @@ class BattlePool:
             del self._outstanding[e]
         self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
 
+    def answer(self, actions, env_ids) -> None:
+        """:meth:`send` without its checks, for a caller that checked already (a shard's
+        parent, which only answers what this pool returned)."""
+        env_ids = [int(e) for e in env_ids]
+        for e in env_ids:
+            self._outstanding.pop(e, None)
+        self._call(self._slots.answer, list(zip(env_ids, (int(a) for a in actions))))
+
     def _validate(self, actions: np.ndarray, env_ids: np.ndarray) -> set:
         """The answered slots; a ``ValueError`` naming every problem (nothing is sent)."""
         if len(actions) != len(env_ids):

@@ -1,10 +1,10 @@
 """``BattlePool(..., shards=N)``: the battles in N spawned worker processes, one pool each.
 
 Each worker runs an ordinary :class:`~maple_async.env.pool.BattlePool` (its own managed
-loopback server with its share of the simulators, its own event loop) and answers the
-parent over one pipe: a ``recv`` comes back as one message of batch arrays (one pickle per
-batch, not per slot), a ``send`` goes out as one message per worker. Worker ``w``'s slot
-``e`` is the parent's slot ``w * slots_per_shard + e``.
+loopback server with its share of the simulators, its own event loop) behind one pipe: a
+batch its pool gathers goes to the parent at once as one message of arrays (one pickle per
+batch, not per slot), and the parent's answers come back as one message per worker and
+``send``. Worker ``w``'s slot ``e`` is the parent's slot ``offset[w] + e``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import signal
+import threading
 import time
 from multiprocessing.connection import wait
 from typing import Any, Optional
@@ -20,10 +21,9 @@ import numpy as np
 
 from .pool import N_ACTIONS, BattlePool
 
-_POLL_S = 0.002  # a worker with a recv to answer looks at its pipe this often
-
-
 def _worker(conn, args: tuple, kwargs: dict) -> None:
+    """A shard: its pool's batches go to the parent as soon as they are gathered (this
+    thread blocks in ``recv``, no polling); a reader thread applies the parent's messages."""
     from ..server import _die_with_parent
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
@@ -32,32 +32,47 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
-    conn.send(("ready", pool.num_envs))
-    want_recv = False
-    try:
-        while True:
-            if conn.poll(_POLL_S if want_recv else None):
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def reply(msg) -> None:
+        with lock:
+            conn.send(msg)
+
+    def read() -> None:
+        try:
+            while True:
                 msg = conn.recv()
                 op = msg[0]
-                if op == "send":
-                    pool.send(msg[1], msg[2])
-                elif op == "recv":
-                    want_recv = True
+                if op == "send":  # checked by the parent, which only answers what it received
+                    pool.answer(msg[1], msg[2])
                 elif op == "reset":
                     pool.async_reset()
                 elif op == "opponent":
                     pool.set_opponent(msg[1])
                 elif op == "stats":
-                    conn.send(("stats", pool.stats))
+                    reply(("stats", pool.stats))
                 elif op == "close":
                     break
+        except (EOFError, OSError):
+            pass
+        finally:
+            stop.set()
+
+    reply(("ready", pool.num_envs))
+    reader = threading.Thread(target=read, name="maple-shard-reader", daemon=True)
+    reader.start()
+    try:
+        while not stop.is_set():
+            if not pool._started:
+                stop.wait(0.05)
                 continue
-            if want_recv:
-                out = pool.recv(timeout=_POLL_S)
-                if len(out[1]):
-                    conn.send(("batch", out))
-                    want_recv = False
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+            out = pool.recv(timeout=0.2)
+            if len(out[1]):
+                reply(("batch", out))
+    except (BrokenPipeError, OSError, KeyboardInterrupt):
+        pass
+    except RuntimeError:  # the pool stopped: the parent sees this shard exit
         pass
     finally:
         pool.close()
@@ -125,7 +140,7 @@ class ShardedPool(BattlePool):
         if batch_size is not None and not 1 <= batch_size <= self.num_envs:
             self.close()
             raise ValueError(f"batch_size must be between 1 and the {self.num_envs} slots (or None)")
-        self._asked = [False] * shards
+        self._stats: list = [None] * shards
         atexit.register(self.close)
 
     def _check(self) -> None:
@@ -162,40 +177,46 @@ class ShardedPool(BattlePool):
             self.async_reset()
         timeout = self.recv_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        parts, have = self._carry, sum(len(p[1]) for p in self._carry)
-        self._carry = []
+        parts, self._carry = self._carry, []
         want = self.batch_size
         timed_out = False
-        while want is None and not parts or want is not None and have < want:
-            for i, conn in enumerate(self._conns):
-                if not self._asked[i]:
-                    conn.send(("recv",))
-                    self._asked[i] = True
+        while True:
+            parts += self._take(0.0)  # everything the shards have sent by now
+            have = sum(len(p[1]) for p in parts)
+            if (want is None and have) or (want is not None and have >= want):
+                break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            for conn in wait(self._conns, min(remaining, 1.0)):
-                i = self._conns.index(conn)
+            parts += self._take(min(remaining, 1.0))
+        obs, rew, term, trunc, info = _concat(parts)
+        if want is not None and len(rew) > want:
+            self._carry = [_take(obs, rew, term, trunc, info, slice(want, None))]
+            obs, rew, term, trunc, info = _take(obs, rew, term, trunc, info, slice(0, want))
+        info["timed_out"] = timed_out
+        for e, m, t, u in zip(info["env_id"].tolist(), obs["action_mask"], term, trunc):
+            self._outstanding[e] = None if (t or u) else m
+        return obs, rew, term, trunc, info
+
+    def _take(self, timeout: float, want_stats: bool = False) -> list:
+        """Batches the shards have sent, waiting up to ``timeout`` for the first."""
+        parts = []
+        for conn in wait(self._conns, timeout):
+            i = self._conns.index(conn)
+            while conn.poll():
                 try:
                     kind, out = conn.recv()
                 except EOFError:
                     self._check()
                     raise
-                self._asked[i] = False
+                if kind == "stats":
+                    self._stats[i] = out
+                    continue
                 out[4]["env_id"] = out[4]["env_id"] + self._offsets[i]
                 parts.append(out)
-                have += len(out[1])
-            self._check()
-        obs, rew, term, trunc, info = _concat(parts)
-        if want is not None and len(rew) > want:
-            keep = slice(0, want)
-            self._carry = [_take(obs, rew, term, trunc, info, slice(want, None))]
-            obs, rew, term, trunc, info = _take(obs, rew, term, trunc, info, keep)
-        info["timed_out"] = timed_out
-        for e, m, t, u in zip(info["env_id"].tolist(), obs["action_mask"], term, trunc):
-            self._outstanding[e] = None if (t or u) else m
-        return obs, rew, term, trunc, info
+        self._check()
+        return parts
 
     def set_opponent(self, opponent: Any) -> None:
         self._check()
@@ -207,19 +228,16 @@ class ShardedPool(BattlePool):
 
     @property
     def stats(self) -> dict:
-        """Every shard's counters, summed (a shard's reply waits behind its pending recv)."""
-        total: dict = {}
-        for i, conn in enumerate(self._conns):
+        """Every shard's counters, summed (one round trip to each)."""
+        self._stats = [None] * self.shards
+        for conn in self._conns:
             conn.send(("stats",))
-        for i, conn in enumerate(self._conns):
-            while True:
-                kind, value = conn.recv()
-                if kind == "stats":
-                    break
-                self._asked[i] = False  # a batch that was on its way: keep it for recv
-                value[4]["env_id"] = value[4]["env_id"] + self._offsets[i]
-                self._carry.append(value)
-            for k, v in value.items():
+        deadline = time.monotonic() + 30.0
+        while any(st is None for st in self._stats) and time.monotonic() < deadline:
+            self._carry += self._take(1.0)  # batches on their way stay for recv
+        total: dict = {}
+        for st in self._stats:
+            for k, v in (st or {}).items():
                 total[k] = total.get(k, 0) + v
         batches = total.get("batches", 0)
         total["mean_batch"] = total.get("decisions", 0) / batches if batches else 0.0
