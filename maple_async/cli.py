@@ -357,7 +357,7 @@ async def _bench(cfg, args) -> int:
             result = await envbench.run_env_bench(
                 cfg, server.url, args.seconds, args.warmup, args.repeats,
                 [int(c) for c in _list(args.env_concurrency)], _list(args.env_setups),
-                server_pgid=pgid, progress=bench.progress, shards=args.shards)
+                server_pgid=pgid, progress=bench.progress, shards=args.shards, opponent=args.env_opponent)
         if args.json != "-":
             print(envbench.env_report(result))
         return _bench_output(args, [], result)
@@ -704,6 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "random-legal consumer) against the ceiling and poke-env's own environments")
     be.add_argument("--env-concurrency", default="64,128",
                     help="with --env: battles in flight of the pool (--shards N adds the first with N shards)")
+    be.add_argument("--env-opponent", default=None, choices=("random", "max_power", "heuristics"),
+                    help="with --env: also the pool against this baseline (the learner's side alone counted)")
     be.add_argument("--env-setups", default="single,dummy2,dummy8,subproc2,subproc8",
                     help="with --env: poke-env set-ups (SingleAgentWrapper stepped alone, SB3 DummyVecEnv "
                          "and SubprocVecEnv with N envs); empty: none")

@@ -505,19 +505,22 @@ def _random_legal(masks: np.ndarray, rng) -> np.ndarray:
 
 
 def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: float = 3.0,
-                 face: str = "async", server_pgid: Optional[int] = None, shards: int = 1) -> dict:
+                 face: str = "async", server_pgid: Optional[int] = None, shards: int = 1,
+                 opponent: str = "self") -> dict:
     """maple-async's :class:`~maple_async.env.BattlePool` in self-play, stepped by a
     random-legal consumer in this thread through the async API (``face="async"``: ``recv``
     what is pending, ``send`` it back) or the synchronous Gymnasium face (``"sync"``: every
     slot, every step). Decisions are Showdown requests answered (both sides); the window
     starts after ``warmup_s`` and once as many battle sides as there are slots have ended.
-    ``shards`` > 1: the pool's own shards, each with its own managed server (not ``url``)."""
+    ``shards`` > 1: the pool's own shards, each with its own managed server (not ``url``).
+    ``opponent``: a baseline instead of self-play, whose decisions are not counted (as
+    poke-env's single-agent set-ups count only the learning side's)."""
     from ..env import BattlePool
     from ..env.gym import BattleVectorEnv
     from ..server import group_cpu_s
     rng = np.random.default_rng(0)
     kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, config=cfg,
-                  server=url if shards == 1 else None, shards=shards)
+                  server=url if shards == 1 else None, shards=shards, opponent=opponent)
     if shards > 1:
         server_pgid = None
     env = BattleVectorEnv(**kwargs) if face == "sync" else None
@@ -553,8 +556,10 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
                 break
     finally:
         (env or pool).close()
-    d, b, dt = end[0] - start[0], (end[1] - start[1]) / 2, end[2] - start[2]
-    out = {"setup": f"maple-async pool, {face}" + (f", {shards} shards" if shards > 1 else ""),
+    sides = 2 if opponent == "self" else 1
+    d, b, dt = end[0] - start[0], (end[1] - start[1]) / sides, end[2] - start[2]
+    out = {"setup": f"maple-async pool, {face}" + (f", {shards} shards" if shards > 1 else "")
+           + ("" if opponent == "self" else f", vs {opponent}"),
            "envs": pool.num_envs, "battles_in_flight": num_battles,
            "decisions": d, "battles": b, "seconds": dt, "decisions_per_s": d / dt, "battles_per_s": b / dt,
            "cpu_us_per_decision": 1e6 * (end[3] - start[3]) / d if d else float("nan")}
@@ -584,12 +589,14 @@ def _pooled(windows: list[dict]) -> dict:
 
 async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats: int = 1,
                         concurrencies=(64, 128), setups=tuple(SETUPS), sync_concurrency: Optional[int] = None,
-                        server_pgid: Optional[int] = None, progress=print, shards: int = 1) -> dict:
+                        server_pgid: Optional[int] = None, progress=print, shards: int = 1,
+                        opponent: Optional[str] = None) -> dict:
     """One run on one server: per round, the RandomPlayer ceiling and the pool's async API
     at each concurrency, the synchronous face at ``sync_concurrency`` (default the first),
     and poke-env's own environment set-ups; rounds alternate their order (a machine that
     drifts biases no phase). ``shards`` > 1 adds the async API at the first concurrency
-    with that many shards (their own servers: the same machine, not the same server).
+    with that many shards (their own servers: the same machine, not the same server);
+    ``opponent`` (a baseline) adds it against that baseline, the learner's side alone counted.
     Returns the pooled windows and the ratios."""
     from . import bench
     sync_c = sync_concurrency or concurrencies[0]
@@ -614,6 +621,10 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
         c = concurrencies[0]
         phases.append((f"async@{c} shards={shards}", functools.partial(
             asyncio.to_thread, measure_pool, url, cfg, c, seconds, warmup_s, "async", None, shards)))
+    if opponent:
+        c = concurrencies[0]
+        phases.append((f"async@{c} vs {opponent}", functools.partial(
+            asyncio.to_thread, measure_pool, url, cfg, c, seconds, warmup_s, "async", server_pgid, 1, opponent)))
     for s in setups:
         phases.append((f"poke-env {s}", functools.partial(asyncio.to_thread, measure_pokeenv, url, s, seconds,
                                                           warmup_s, cfg.runner.battle_format)))
@@ -629,6 +640,9 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
     best = max((w for n, w in ph.items() if n.startswith("poke-env") and "error" not in w),
                key=lambda w: w["decisions_per_s"], default=None)
     out["best_pokeenv"] = best["setup"] if best else None
+    if opponent and best and "error" not in ph[f"async@{concurrencies[0]} vs {opponent}"]:
+        a = ph[f"async@{concurrencies[0]} vs {opponent}"]
+        a["x_best_pokeenv"] = a["decisions_per_s"] / best["decisions_per_s"]
     for c in concurrencies:
         a, ceil = ph[f"async@{c}"], ph[f"ceiling@{c}"]
         if "error" in a or "error" in ceil:
@@ -659,7 +673,11 @@ def env_report(result: dict) -> str:
         if "ratio_to_ceiling" in w:
             m, h = w["ratio_mean"], w["ratio_ci95"]
             ci = f", rounds {m:.2f} ± {h:.2f}" if h == h else ""
-            ratio = f"{w['ratio_to_ceiling']:.2f} of the ceiling{ci}; {w.get('x_best_pokeenv', float('nan')):.1f}x best poke-env"
+            ratio = f"{w['ratio_to_ceiling']:.2f} of the ceiling{ci}"
+            if "x_best_pokeenv" in w:
+                ratio += f"; {w['x_best_pokeenv']:.1f}x best poke-env"
+        elif "x_best_pokeenv" in w:
+            ratio = f"{w['x_best_pokeenv']:.1f}x best poke-env (the learner's side only)"
         elif "ratio_to_async" in w:
             ratio = f"{w['ratio_to_async']:.2f} of the async API (one process)"
         cpu = ""
