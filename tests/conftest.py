@@ -33,3 +33,14 @@ def showdown_url():
 def managed_server(showdown_url):
     """The managed server object's port (skip-free: always a managed one in CI)."""
     return showdown_url
+
+
+@pytest.fixture
+def restore_gc():
+    """For tests that run a command in this process: its GC setting (runner.gc_young_threshold,
+    with start-up objects frozen) must not outlive the test."""
+    import gc
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)

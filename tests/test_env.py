@@ -215,7 +215,7 @@ def test_maskable_ppo_learns_on_the_sb3_face(showdown_url):
         venv.close()
 
 
-def test_eval_plays_an_outside_policy_and_stops_on_a_failing_one(showdown_url, tmp_path, capsys):
+def test_eval_plays_an_outside_policy_and_stops_on_a_failing_one(showdown_url, tmp_path, capsys, restore_gc):
     from maple_async.cli import main
     (tmp_path / "pol.py").write_text(
         "import numpy as np\n"
@@ -245,3 +245,30 @@ def test_shards_behind_the_same_api():
     assert ids <= set(range(8)) and any(e >= 4 for e in ids) and any(e < 4 for e in ids)
     assert not any(p.is_alive() for p in procs)
     assert not mp.active_children()
+
+
+def test_own_observation_and_reward_against_a_checkpoint(showdown_url, tmp_path):
+    from gymnasium.spaces import Box
+
+    from maple_async import config as C
+    from maple_async.learn import checkpoint as ckpt
+    from maple_async.learn import networks as nets
+    cfg = C.load(None)
+    ckpt.save(tmp_path / "opp.pt", {"config": cfg.to_dict(),
+                                   "learner": {"network": nets.from_config(cfg.network).state_dict()}})
+    rng = np.random.default_rng(7)
+    seen = {"shapes": set(), "rewards": [], "opponents": set()}
+
+    def on_batch(obs, rew, term, trunc, info):
+        seen["shapes"].add(obs["observation"].shape[1:])
+        seen["rewards"] += [(e, r, t) for e, r, t in zip(info["elapsed_step"], rew, term)]
+        seen["opponents"].update(info["opponent"])
+
+    with BattlePool(num_battles=2, opponent=str(tmp_path / "opp.pt"), server=showdown_url,
+                    embed_battle=lambda b: np.array([b.turn, len(b.team)], dtype=np.float32),
+                    observation_space=Box(0, np.inf, (2,), np.float32),
+                    reward_fn=lambda b: 1.0 if b.won else 0.5) as pool:
+        play_until(pool, 3, rng, on_batch)
+    assert seen["shapes"] == {(2,)} and seen["opponents"] == {"opp.pt"}
+    assert all(r == 0.0 for e, r, _ in seen["rewards"] if e == 0)  # a battle's first step
+    assert all(r in (0.5, 1.0) for e, r, t in seen["rewards"] if e > 0)

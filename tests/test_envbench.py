@@ -28,7 +28,7 @@ def test_pokeenv_setup_measures_and_closes(showdown_url, setup):
 
 
 @pytest.mark.integration
-def test_bench_env_reports_every_phase_with_ratios(showdown_url, capsys):
+def test_bench_env_reports_every_phase_with_ratios(showdown_url, capsys, restore_gc):
     import json
 
     from maple_async.cli import main

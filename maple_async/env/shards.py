@@ -1,7 +1,8 @@
 """``BattlePool(..., shards=N)``: the battles in N spawned worker processes, one pool each.
 
 Each worker runs an ordinary :class:`~maple_async.env.pool.BattlePool` (its own managed
-loopback server with its share of the simulators, its own event loop) behind one pipe: a
+loopback server with its share of the simulators, or a given server that all share; its
+own event loop) behind one pipe: a
 batch its pool gathers goes to the parent at once as one message of arrays (one pickle per
 batch, not per slot), and the parent's answers come back as one message per worker and
 ``send``. Worker ``w``'s slot ``e`` is the parent's slot ``offset[w] + e``.
@@ -80,14 +81,13 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
 
 class ShardedPool(BattlePool):
     """The same API as :class:`BattlePool` over ``shards`` worker processes; ``num_battles``
-    is split between them (each its own server: ``server=URL`` is refused)."""
+    is split between them. Each starts its own managed server with its share of the
+    simulators, or with ``server=URL`` all play on that one."""
 
     def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
                  batch_size: Optional[int] = None, opponent: Any = "self", teams=None,
                  server: Optional[str] = None, *, shards: int = 2, seed: Optional[int] = None,
                  recv_timeout_s: float = 60.0, start_timeout_s: float = 300.0, **kwargs):
-        if server is not None:
-            raise ValueError("shards > 1 start their own servers (one per shard); server= is for one shard")
         if num_battles < shards:
             raise ValueError(f"num_battles ({num_battles}) must be at least shards ({shards})")
         if kwargs.get("embed_battle") is not None or kwargs.get("reward_fn") is not None:
@@ -111,7 +111,7 @@ class ShardedPool(BattlePool):
         self._conns, self._procs = [], []
         for i in range(shards):
             n = num_battles // shards + (i < num_battles % shards)
-            kw = dict(kwargs, battle_format=battle_format, num_battles=n, batch_size=None,
+            kw = dict(kwargs, battle_format=battle_format, num_battles=n, batch_size=None, server=server,
                       opponent=opponent, teams=teams, simulators=sims, recv_timeout_s=recv_timeout_s,
                       start_timeout_s=start_timeout_s, seed=None if seed is None else shard_seed(seed, i))
             parent, child = ctx.Pipe()

@@ -512,7 +512,7 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
     what is pending, ``send`` it back) or the synchronous Gymnasium face (``"sync"``: every
     slot, every step). Decisions are Showdown requests answered (both sides); the window
     starts after ``warmup_s`` and once as many battle sides as there are slots have ended.
-    ``shards`` > 1: the pool's own shards, each with its own managed server (not ``url``).
+    ``shards`` > 1: the pool's shards (worker processes), all on the server at ``url``.
     ``opponent``: a baseline instead of self-play, whose decisions are not counted (as
     poke-env's single-agent set-ups count only the learning side's)."""
     from ..env import BattlePool
@@ -520,9 +520,7 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
     from ..server import group_cpu_s
     rng = np.random.default_rng(0)
     kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, config=cfg,
-                  server=url if shards == 1 else None, shards=shards, opponent=opponent)
-    if shards > 1:
-        server_pgid = None
+                  server=url, shards=shards, opponent=opponent)
     env = BattleVectorEnv(**kwargs) if face == "sync" else None
     pool = env.pool if env is not None else BattlePool(**kwargs)
     try:
@@ -595,7 +593,7 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
     at each concurrency, the synchronous face at ``sync_concurrency`` (default the first),
     and poke-env's own environment set-ups; rounds alternate their order (a machine that
     drifts biases no phase). ``shards`` > 1 adds the async API at the first concurrency
-    with that many shards (their own servers: the same machine, not the same server);
+    with that many shards (worker processes on the same server);
     ``opponent`` (a baseline) adds it against that baseline, the learner's side alone counted.
     Returns the pooled windows and the ratios."""
     from . import bench
@@ -620,7 +618,7 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
     if shards > 1:
         c = concurrencies[0]
         phases.append((f"async@{c} shards={shards}", functools.partial(
-            asyncio.to_thread, measure_pool, url, cfg, c, seconds, warmup_s, "async", None, shards)))
+            asyncio.to_thread, measure_pool, url, cfg, c, seconds, warmup_s, "async", server_pgid, shards)))
     if opponent:
         c = concurrencies[0]
         phases.append((f"async@{c} vs {opponent}", functools.partial(
