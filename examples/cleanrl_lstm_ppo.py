@@ -265,7 +265,8 @@ def gae(rewards, values, gamma, lam):
 
 
 def main(args: Args) -> None:
-    from maple_async.env import BattlePool, evaluate_policy
+    from maple_async.env import BattlePool
+    from maple_async.tools.evaluate import evaluate_policy
 
     random.seed(args.seed)
     np.random.seed(args.seed)

@@ -4,7 +4,7 @@
 self-play by default: both sides of each battle). ``MaskablePPO("MlpPolicy", venv)`` reads the
 legal actions through ``env_method("action_masks")``. A slot that cannot decide in a step is a
 padding step (only action 0 legal, ignored). A callback stops learning at the time limit; the
-model is saved, then evaluated through ``maple_async.env.evaluate_policy`` against random and
+model is saved, then evaluated through ``maple_async.tools.evaluate.evaluate_policy`` against random and
 max_power as a batch callable that runs ``model.predict(obs, action_masks=masks)``.
 
 Train 10 minutes on 2 CPU cores, save ``runs/sb3_maskable/model.zip`` and evaluate it over 300
@@ -84,7 +84,8 @@ def main(args) -> None:
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from maple_async.env import evaluate_policy, make_sb3_vec_env
+    from maple_async.env import make_sb3_vec_env
+    from maple_async.tools.evaluate import evaluate_policy
 
     torch.set_num_threads(1)  # Showdown needs the other core
     out = Path(args.out)

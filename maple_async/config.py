@@ -8,6 +8,7 @@ declarations. Unknown keys, wrong types and values out of range are rejected wit
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import types
@@ -407,3 +408,36 @@ def all_keys() -> list[tuple[str, Any]]:
 def from_saved(data: dict[str, Any]) -> Config:
     """Rebuild a Config saved inside a checkpoint."""
     return validate(from_dict(data))
+
+
+_OPTION_SECTIONS = ("runner", "batcher", "reward", "server", "network")
+
+
+def for_pool(battle_format: str, num_battles: int, teams, server, seed, config, options: dict) -> Config:
+    """A battle pool's config (:class:`maple_async.env.BattlePool`): a preset (a Config, a
+    YAML path or None) with the arguments and ``options`` (``key=value`` of the runner, batcher, reward, server or network section,
+    or ``"section.key"``) applied, validated as ``train`` validates its config."""
+    if isinstance(config, Config):
+        cfg = copy.deepcopy(config)
+    else:
+        cfg = load(config)
+    overrides: dict = {"runner.battle_format": battle_format, "runner.concurrency": num_battles}
+    if config is None:  # the shipped presets' shaped reward, not the bare win/loss of Config()
+        overrides.update({"reward.hp": 0.1, "reward.faint": 0.05})
+    if teams is not None:
+        overrides["runner.teams"] = str(teams)
+    if server is not None:
+        overrides["server.url"] = server
+    if seed is not None:
+        overrides["runner.seed"] = seed
+    for k, v in options.items():
+        if "." not in k:
+            owners = [s for s in _OPTION_SECTIONS if hasattr(getattr(cfg, s), k)]
+            if len(owners) != 1:
+                raise TypeError(f"BattlePool got an unexpected option {k!r} (options: keys of the "
+                                f"{', '.join(_OPTION_SECTIONS)} sections, or 'section.key')")
+            k = f"{owners[0]}.{k}"
+        overrides[k] = v
+    for k, v in overrides.items():
+        _apply(cfg, k, v)
+    return validate(cfg)

@@ -1,15 +1,10 @@
 """maple-async's battles as an environment for an outside learner: an EnvPool-style pool of
 battle sides (:class:`BattlePool`) and its Gymnasium and Stable-Baselines3 faces."""
 
+from . import shards  # noqa: F401 - makes BattlePool(..., shards=N) a ShardedPool
 from .pool import N_ACTIONS, OBS_DIM, BattlePool
 
-__all__ = ["BattlePool", "N_ACTIONS", "OBS_DIM", "evaluate_policy", "make_vector_env", "make_sb3_vec_env"]
-
-
-def evaluate_policy(*args, **kwargs):
-    """An outside policy against baselines and checkpoints (``maple-async eval --policy``)."""
-    from ..tools.evaluate import evaluate_policy as run
-    return run(*args, **kwargs)
+__all__ = ["BattlePool", "N_ACTIONS", "OBS_DIM", "make_vector_env", "make_sb3_vec_env"]
 
 
 def make_vector_env(*args, **kwargs):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import copy
 import threading
 import time
 from collections import OrderedDict, deque
@@ -37,7 +36,6 @@ from ..pokeenv.players import BASELINES
 
 OBS_DIM = enc.OBS_DIM
 N_ACTIONS = enc.N_ACTIONS
-_SECTIONS = ("runner", "batcher", "reward", "server", "network")
 _OUTCOMES = {1.0: "won", -1.0: "lost", 0.0: "tie"}
 
 
@@ -286,7 +284,7 @@ class _Slots:
 def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[Agent]]:
     """The opponent's name in the mix and its agent (None: self or a baseline)."""
     from ..inference.outside import OutsidePolicy
-    from ..tools.evaluate import policy_from_checkpoint
+    from ..inference.policy import policy_from_checkpoint
     if isinstance(spec, str) and (spec == "self" or spec in BASELINES):
         return spec, None
     if isinstance(spec, (str, Path)) and Path(spec).is_file():
@@ -297,37 +295,6 @@ def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[
                          f"a policy object or module:attr")
     policy = OutsidePolicy(spec)
     return policy.name, Agent(policy, cfg.batcher, name="opponent")
-
-
-def make_config(battle_format: str, num_battles: int, teams, server, seed, config, options: dict
-                ) -> config_mod.Config:
-    """The pool's config: a preset (a Config, a YAML path or None) with the arguments and
-    ``options`` (``key=value`` of the runner, batcher, reward, server or network section,
-    or ``"section.key"``) applied, validated as ``train`` validates its config."""
-    if isinstance(config, config_mod.Config):
-        cfg = copy.deepcopy(config)
-    else:
-        cfg = config_mod.load(config)
-    overrides: dict = {"runner.battle_format": battle_format, "runner.concurrency": num_battles}
-    if config is None:  # the shipped presets' shaped reward, not the bare win/loss of Config()
-        overrides.update({"reward.hp": 0.1, "reward.faint": 0.05})
-    if teams is not None:
-        overrides["runner.teams"] = str(teams)
-    if server is not None:
-        overrides["server.url"] = server
-    if seed is not None:
-        overrides["runner.seed"] = seed
-    for k, v in options.items():
-        if "." not in k:
-            owners = [s for s in _SECTIONS if hasattr(getattr(cfg, s), k)]
-            if len(owners) != 1:
-                raise TypeError(f"BattlePool got an unexpected option {k!r} (options: keys of the "
-                                f"{', '.join(_SECTIONS)} sections, or 'section.key')")
-            k = f"{owners[0]}.{k}"
-        overrides[k] = v
-    for k, v in overrides.items():
-        config_mod._apply(cfg, k, v)
-    return config_mod.validate(cfg)
 
 
 class BattlePool:
@@ -349,10 +316,11 @@ class BattlePool:
     (:mod:`maple_async.env.shards`), behind the same API.
     """
 
+    sharded: Optional[type] = None  # set by maple_async.env.shards: what shards=N builds
+
     def __new__(cls, *args, shards: int = 1, **kwargs):
         if cls is BattlePool and shards > 1:
-            from .shards import ShardedPool
-            return super().__new__(ShardedPool)
+            return super().__new__(BattlePool.sharded)
         return super().__new__(cls)
 
     def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
@@ -366,7 +334,7 @@ class BattlePool:
         from ..teams import for_config
         if num_battles < 1:
             raise ValueError("num_battles must be >= 1")
-        self.cfg = cfg = make_config(battle_format, num_battles, teams, server, seed, config, options)
+        self.cfg = cfg = config_mod.for_pool(battle_format, num_battles, teams, server, seed, config, options)
         cfg.train.total_battles = 10 ** 12  # the lanes never run dry; close() stops them
         cfg.train.replay_every = 0
         self.device = resolve_device(device)

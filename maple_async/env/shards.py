@@ -297,3 +297,6 @@ def _concat(parts: list):
 def _take(obs, rew, term, trunc, info, rows):
     return ({k: v[rows] for k, v in obs.items()}, rew[rows], term[rows], trunc[rows],
             {k: (v[rows] if isinstance(v, np.ndarray) else v) for k, v in info.items()})
+
+
+BattlePool.sharded = ShardedPool

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..learn.networks import PolicyNetwork, masked_logits
+from ..learn.networks import PolicyNetwork, from_config, masked_logits
 from ..obs.features import Features, derive
 
 
@@ -85,3 +85,15 @@ def sample_categorical(logp: torch.Tensor) -> torch.Tensor:
     drawn."""
     u = torch.rand_like(logp)
     return (logp - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+def policy_from_checkpoint(path: str, device, greedy: bool = False):
+    """A checkpoint's network with its weights, as an :class:`InferencePolicy`, and the
+    checkpoint's config."""
+    from ..config import from_saved
+    from ..learn import checkpoint as ckpt
+    data = ckpt.load(path)
+    cfg = from_saved(data["config"])
+    net = from_config(cfg.network)
+    ckpt.load_weights(net, data["learner"]["network"], path)
+    return InferencePolicy(net, device, greedy=greedy), cfg

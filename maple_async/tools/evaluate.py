@@ -8,11 +8,9 @@ from typing import Optional
 
 from ..collect.agent import Agent
 from ..collect.match import Match
-from ..config import Config
+from ..config import for_pool
 from ..inference.outside import until_failed
-from ..inference.policy import InferencePolicy
-from ..learn import checkpoint as ckpt
-from ..learn import networks as nets
+from ..inference.policy import InferencePolicy, policy_from_checkpoint  # noqa: F401 - re-exported
 from ..learn.metrics import wilson_interval
 from ..pokeenv.players import BASELINES
 from ..teams import Teams
@@ -42,15 +40,6 @@ class EvalResult:
 
     def line(self) -> str:
         return f"[eval] vs {self.opponent}: {self.summary()}"
-
-
-def policy_from_checkpoint(path: str, device, greedy: bool = False) -> tuple[InferencePolicy, Config]:
-    from ..config import from_saved
-    data = ckpt.load(path)
-    cfg = from_saved(data["config"])
-    net = nets.from_config(cfg.network)
-    ckpt.load_weights(net, data["learner"]["network"], path)
-    return InferencePolicy(net, device, greedy=greedy), cfg
 
 
 async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: int, *,
@@ -186,19 +175,18 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
     ``config`` and ``**options`` as :class:`maple_async.env.BattlePool` takes them
     (``battle_format=``, ``teams=``, ``seed=``, any config key). Returns the table; prints
     its lines unless ``quiet``."""
-    from ..env.pool import make_config
     from ..run.process import run_async
     from ..server import server_for
     fmt = options.pop("battle_format", "gen9randombattle")
-    cfg = make_config(fmt, concurrency, options.pop("teams", None), options.pop("server", None),
+    cfg = for_pool(fmt, concurrency, options.pop("teams", None), options.pop("server", None),
                       options.pop("seed", None), config, options)
     if isinstance(opponents, str):
         opponents = [o.strip() for o in opponents.split(",") if o.strip()]
 
     async def run() -> EvalTable:
+        from ..inference.outside import OutsidePolicy
         from ..pokeenv.players import fast_kwargs
         from ..teams import for_config
-        from ..inference.outside import OutsidePolicy
         table = EvalTable()
         me = OutsidePolicy(policy)
         async with server_for(cfg.server, quiet=True) as server:
