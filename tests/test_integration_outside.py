@@ -94,10 +94,13 @@ def test_serve_errors_are_one_line(showdown_url, checkpoint, tmp_path, monkeypat
 
 
 def test_two_agents_ladder_against_each_other_and_get_ratings(showdown_url, checkpoint, tmp_path):
+    # one a checkpoint, the other a policy trained outside (--policy file.py:attr)
+    (tmp_path / "pol.py").write_text("def policy():\n    return lambda obs, masks: masks.argmax(axis=1)\n")
+    agents = [["--checkpoint", checkpoint], ["--policy", f"{tmp_path}/pol.py:policy"]]
     names = [f"lad{i}{tmp_path.name[-6:]}"[:18] for i in range(2)]
-    procs = [subprocess.Popen([*CLI, "ladder", "--checkpoint", checkpoint, "--server", showdown_url,
+    procs = [subprocess.Popen([*CLI, "ladder", *agent, "--server", showdown_url,
                                "--username", n, "--battles", "2"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for n in names]
+                              stderr=subprocess.STDOUT, text=True) for agent, n in zip(agents, names)]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     for p, out, me, other in zip(procs, outs, names, names[::-1]):
         assert p.returncode == 0, out
