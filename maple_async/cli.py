@@ -281,7 +281,8 @@ async def _eval(cfg, args) -> int:
 
     from .pokeenv.players import BASELINES
     from .server import server_for
-    from .tools.evaluate import EvalTable, policy_for, training_label
+    from .inference.outside import policy_for
+    from .tools.evaluate import EvalTable, training_label
 
     device = setup_process(cfg)
     opponents = _eval_opponents(args)
@@ -329,9 +330,6 @@ def cmd_eval(args) -> int:
     from .pokeenv.players import BASELINES
     if bool(args.checkpoint) == bool(args.policy):
         raise UserError("eval needs --checkpoint PATH or --policy module:attr (one of them)")
-    if args.policy:
-        from .inference.outside import load
-        load(args.policy)  # an import error is one line, before any server starts
     for opponent in _eval_opponents(args) or [""]:
         if opponent not in BASELINES and not os.path.isfile(opponent):
             raise UserError(f"--opponents must list {', '.join(BASELINES)} or checkpoint files; "
@@ -545,9 +543,8 @@ async def _outside(cfg, args, label: str):
     from .pokeenv.players import run_id
     from .server import server_for
     from .teams import for_config
-    from .inference.outside import until_failed
+    from .inference.outside import policy_for, until_failed
     from .tools import serve as srv
-    from .tools.evaluate import policy_for
 
     creds = credentials_for(args.server or "127.0.0.1", args.credentials, args.username or f"maple{run_id()}")
     device = setup_process(cfg)

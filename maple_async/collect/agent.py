@@ -339,17 +339,16 @@ class Agent:
         w_b[0] += outcome > 0
         w_b[1] += 1
         traj = live.traj
-        if traj is not None and len(traj):
+        recorded = traj is not None and len(traj) > 0
+        if recorded or self.listener is not None:
             final = live.rewards.final(battle)
+        if recorded:
             traj.rewards[-1] += final
             traj.outcome = outcome
             traj.reward_totals = dict(live.rewards.totals)
             if self.on_trajectory is not None:
                 self.on_trajectory(traj)
-        elif self.listener is not None:
-            final = live.rewards.final(battle)
         if self.listener is not None:
-            live.battle = battle
             self.listener.ended(key, live, outcome, final)
 
     def abandon(self, key: Hashable) -> None:

@@ -83,7 +83,8 @@ class SyncSlots:
         return self.obs.copy(), self.masks.copy(), full_reward, full_term, full_trunc, out_info
 
 
-def observation_space(pool: BattlePool, space=None) -> spaces.Space:
+def observation_space(space=None) -> spaces.Space:
+    """A slot's observation space: the caller's, or the encoder's vector."""
     return space if space is not None else spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
 
 
@@ -95,7 +96,7 @@ class BattleVectorEnv(VectorEnv):
 
     def __init__(self, *args, **kwargs):
         self.pool = BattlePool(*args, **kwargs)
-        obs_space = observation_space(self.pool, self.pool.observation_space)
+        obs_space = observation_space(self.pool.observation_space)
         self.num_envs = self.pool.num_envs
         self.single_observation_space = spaces.Dict({
             "observation": obs_space, "action_mask": spaces.MultiBinary(N_ACTIONS)})

@@ -86,6 +86,11 @@ class Record:
     retry: bool = False  # Showdown rejected this slot's previous action: this step replaces it
 
 
+def _flat(values) -> np.ndarray:
+    """``send``'s arguments as 1-D arrays (a scalar: one slot)."""
+    return np.asarray(values).reshape(-1)
+
+
 def _side_index(key: tuple) -> int:
     return 1 if key[1] == "p2" else 0
 
@@ -283,18 +288,15 @@ class _Slots:
 
 def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[Agent]]:
     """The opponent's name in the mix and its agent (None: self or a baseline)."""
-    from ..inference.outside import OutsidePolicy
-    from ..inference.policy import policy_from_checkpoint
+    from ..inference.outside import is_checkpoint, policy_for
     if isinstance(spec, str) and (spec == "self" or spec in BASELINES):
         return spec, None
-    if isinstance(spec, (str, Path)) and Path(spec).is_file():
-        policy, _ = policy_from_checkpoint(str(spec), device)
-        return Path(spec).name, Agent(policy, cfg.batcher, name="opponent")
-    if isinstance(spec, str) and ":" not in spec:
+    if isinstance(spec, str) and ":" not in spec and not is_checkpoint(spec):
         raise ValueError(f"opponent {spec!r}: expected self, {', '.join(BASELINES)}, a checkpoint file, "
                          f"a policy object or module:attr")
-    policy = OutsidePolicy(spec)
-    return policy.name, Agent(policy, cfg.batcher, name="opponent")
+    policy, _ = policy_for(spec, device)
+    name = Path(spec).name if is_checkpoint(spec) else policy.name
+    return name, Agent(policy, cfg.batcher, name="opponent")
 
 
 class BattlePool:
@@ -434,20 +436,22 @@ class BattlePool:
     def send(self, actions, env_ids) -> None:
         """Answer the slots ``env_ids`` (each returned by ``recv`` and not answered yet)."""
         self._check()
-        actions = np.asarray(actions).reshape(-1) if np.ndim(actions) else np.asarray([actions])
-        env_ids = np.asarray(env_ids).reshape(-1) if np.ndim(env_ids) else np.asarray([env_ids])
-        seen = self._validate(actions, env_ids)
-        for e in seen:
+        actions, env_ids = _flat(actions), _flat(env_ids)
+        for e in self._validate(actions, env_ids):
             del self._outstanding[e]
-        self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
+        self._forward(actions, env_ids)
 
     def answer(self, actions, env_ids) -> None:
         """:meth:`send` without its checks, for a caller that checked already (a shard's
         parent, which only answers what this pool returned)."""
-        env_ids = [int(e) for e in env_ids]
-        for e in env_ids:
+        actions, env_ids = _flat(actions), _flat(env_ids)
+        for e in env_ids.tolist():
             self._outstanding.pop(e, None)
-        self._call(self._slots.answer, list(zip(env_ids, (int(a) for a in actions))))
+        self._forward(actions, env_ids)
+
+    def _forward(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        """Checked answers on their way to the battles."""
+        self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
 
     def _validate(self, actions: np.ndarray, env_ids: np.ndarray) -> set:
         """The answered slots; a ``ValueError`` naming every problem (nothing is sent)."""
@@ -552,11 +556,14 @@ class BattlePool:
         Self-play and the other opponents have different slot counts: no switch between them."""
         self._check()
         name, agent = _opponent(opponent, self.cfg, self.device)
-        if (name == "self") != self.self_play:
-            raise ValueError("set_opponent cannot switch between self-play and another opponent "
-                             "(the number of slots differs); make another pool")
+        self._same_slots(name)
         self.opponent_name = name
         self._call(self.collector.set_mix, {name: 1.0}, {name: agent} if agent else {})
+
+    def _same_slots(self, opponent: Any) -> None:
+        if (opponent == "self") != self.self_play:
+            raise ValueError("set_opponent cannot switch between self-play and another opponent "
+                             "(the number of slots differs); make another pool")
 
     @property
     def stats(self) -> dict:

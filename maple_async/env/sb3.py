@@ -17,14 +17,14 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from .gym import SyncSlots, observation_space
+from .gym import _PADDING_MASK, SyncSlots, observation_space
 from .pool import N_ACTIONS, BattlePool
 
 
 class BattleSB3VecEnv(VecEnv):
     def __init__(self, *args, **kwargs):
         self.pool = BattlePool(*args, **kwargs)
-        space = observation_space(self.pool, self.pool.observation_space)
+        space = observation_space(self.pool.observation_space)
         super().__init__(self.pool.num_envs, space, spaces.Discrete(N_ACTIONS))
         self._slots = SyncSlots(self.pool, space.shape, space.dtype)
         self._actions = None
@@ -52,8 +52,7 @@ class BattleSB3VecEnv(VecEnv):
             infos[i]["outcome"] = info["outcome"][i]
             if info["abandoned"][i]:
                 infos[i]["abandoned"] = True
-            self._slots.masks[i] = False
-            self._slots.masks[i, 0] = True
+            self._slots.masks[i] = _PADDING_MASK  # inactive until its next battle
         return obs, reward, dones, infos
 
     def action_masks(self) -> np.ndarray:

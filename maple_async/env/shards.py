@@ -158,18 +158,12 @@ class ShardedPool(BattlePool):
             for conn in self._conns:
                 conn.send(("reset",))
 
-    def send(self, actions, env_ids) -> None:
-        self._check()
-        actions = np.asarray(actions).reshape(-1) if np.ndim(actions) else np.asarray([actions])
-        env_ids = np.asarray(env_ids).reshape(-1) if np.ndim(env_ids) else np.asarray([env_ids])
-        self._validate(actions, env_ids)
+    def _forward(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         shard = np.searchsorted(self._offsets, env_ids, side="right") - 1
         for s in np.unique(shard):
             rows = shard == s
             self._conns[s].send(("send", actions[rows].astype(np.int64),
                                  (env_ids[rows] - self._offsets[s]).astype(np.int64)))
-        for e in env_ids.tolist():
-            del self._outstanding[e]
 
     def recv(self, timeout: Optional[float] = None):
         self._check()
@@ -220,9 +214,7 @@ class ShardedPool(BattlePool):
 
     def set_opponent(self, opponent: Any) -> None:
         self._check()
-        if (opponent == "self") != self.self_play:
-            raise ValueError("set_opponent cannot switch between self-play and another opponent "
-                             "(the number of slots differs); make another pool")
+        self._same_slots(opponent)
         for conn in self._conns:
             conn.send(("opponent", opponent))
 
@@ -261,11 +253,6 @@ class ShardedPool(BattlePool):
         for conn in getattr(self, "_conns", []):
             conn.close()
 
-    def __del__(self):
-        try:
-            self.close(timeout=5.0)
-        except Exception:
-            pass
 
 
 def _picklable(*objs) -> None:

@@ -128,6 +128,20 @@ class OutsidePolicy:
         return actions.astype(np.int64), zeros, zeros, new_hidden
 
 
+def is_checkpoint(spec: Any) -> bool:
+    """A checkpoint path (an existing file, or a name ending ``.pt``) rather than a policy."""
+    return isinstance(spec, (str, Path)) and (str(spec).endswith(".pt") or Path(spec).is_file())
+
+
+def policy_for(spec: Any, device, greedy: bool = False):
+    """A checkpoint's policy and its config, or an outside policy (``module:attr``,
+    ``file.py:attr`` or an object) and None."""
+    from .policy import policy_from_checkpoint
+    if is_checkpoint(spec):
+        return policy_from_checkpoint(str(spec), device, greedy=greedy)
+    return OutsidePolicy(spec), None
+
+
 async def until_failed(aw, policies) -> Any:
     """Await ``aw``; as soon as one of ``policies`` (outside ones; others are skipped) has
     failed, cancel it and raise that policy's error."""

@@ -68,15 +68,6 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
                       r["tied"], seconds)
 
 
-def policy_for(spec, device, greedy: bool = False):
-    """A checkpoint file's policy (and its config) or an outside policy (``module:attr``,
-    ``file.py:attr`` or an object; its config None)."""
-    from ..inference.outside import OutsidePolicy
-    if isinstance(spec, str) and spec.endswith(".pt"):
-        return policy_from_checkpoint(spec, device, greedy=greedy)
-    return OutsidePolicy(spec), None
-
-
 def bradley_terry(games: dict, anchor: Optional[str] = None, iters: int = 2000) -> dict[str, float]:
     """Ratings on the Elo scale (400 log10 of Bradley-Terry strengths) from ``games``:
     ``{(a, b): (a's wins, ties counted half; battles)}``. Every pair gets one virtual drawn
