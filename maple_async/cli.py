@@ -135,7 +135,7 @@ async def _play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = 
         from .inference.outside import OutsidePolicy
         policy = OutsidePolicy(policy_spec)
     else:
-        policy = InferencePolicy(nets.from_config(cfg.network), device)
+        policy = InferencePolicy(nets.for_config(cfg), device)
     agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
     async with server_for(cfg.server) as server:
         sides = 2 if cfg.runner.opponent == "self" else 1
@@ -292,7 +292,8 @@ async def _eval(cfg, args) -> int:
     short = {c: Path(c).name for c in checkpoints}
     if len(set(short.values())) < len(short):
         short = {c: c for c in checkpoints}
-    loaded = {c: policy_for(c, device, greedy=args.greedy) for c in checkpoints}
+    loaded = {c: policy_for(c, device, greedy=args.greedy, battle_format=cfg.runner.battle_format)
+              for c in checkpoints}
     table = EvalTable()
     quiet = args.json == "-"
     replays = _replay_writer(args)
@@ -548,7 +549,8 @@ async def _outside(cfg, args, label: str):
 
     creds = credentials_for(args.server or "127.0.0.1", args.credentials, args.username or f"maple{run_id()}")
     device = setup_process(cfg)
-    policy, _ = policy_for(args.checkpoint or args.policy, device, greedy=args.greedy)
+    policy, _ = policy_for(args.checkpoint or args.policy, device, greedy=args.greedy,
+                           battle_format=cfg.runner.battle_format)
     teams = for_config(cfg)
     async with server_for(cfg.server) as server:
         session = srv.open_session(cfg, policy, server.url, creds, cfg.runner.concurrency, teams,

@@ -47,13 +47,16 @@ class ServerConfig:
 
 @dataclass
 class RunnerConfig:
-    battle_format: str = key("gen9randombattle", "Showdown format: any gen9 singles format (random-team, "
-                                                 "or a team format such as gen9bssregi or gen9ou with runner.teams)")
+    battle_format: str = key("gen9randombattle", "Showdown format: any gen9 singles or doubles format "
+                                                 "(random-team, or a team format such as gen9bssregi, gen9ou "
+                                                 "or gen9vgc2025regi with runner.teams)")
     teams: Optional[str] = key(None, "team format: a file or folder of teams in Showdown's export text, "
                                      "validated by Showdown before any battle")
     team_sampling: str = key("uniform", "how each battle draws its team from runner.teams",
                              choices=("uniform", "cycle", "fixed"))
     concurrency: int = key(64, "battles in flight per player", gt=0)
+    open_team_sheets: bool = key(False, "VGC: every player of the run accepts open team sheets (both "
+                                        "sides' sets are shown at team preview when both accept)")
     opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics"))
     device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
                       choices=("auto", "cpu", "cuda", "mps"))
@@ -293,18 +296,19 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-_NOT_SINGLES = ("doubles", "vgc", "triples", "multi", "freeforall", "2v2", "4v4", "6v6", "12switch")
+_NEITHER = ("triples", "multi", "freeforall")
 
 
 def check_battle_format(fmt: str) -> None:
-    """What can be told from the name: the encoder and action space are gen9 singles (type
-    chart, tera). Showdown's own rules are read before the run starts (:func:`maple_async.teams.prepare`)."""
+    """What can be told from the name: the encoder and action spaces are gen9 singles and
+    doubles (type chart, tera). Showdown's own rules are read before the run starts
+    (:func:`maple_async.teams.prepare`)."""
     if not fmt.startswith("gen9"):
-        raise ConfigError(f"config key 'runner.battle_format' must be a gen9 singles format "
+        raise ConfigError(f"config key 'runner.battle_format' must be a gen9 singles or doubles format "
                           f"(the encoder is gen9: type chart, tera), got {fmt!r}")
-    if any(s in fmt for s in _NOT_SINGLES):
-        raise ConfigError(f"config key 'runner.battle_format': {fmt!r} is not a singles format; "
-                          f"only singles are supported (doubles are a later step)")
+    if any(s in fmt for s in _NEITHER):
+        raise ConfigError(f"config key 'runner.battle_format': {fmt!r} is neither singles nor doubles; "
+                          f"the encoder plays those two (triples, multi and free-for-all battles are not)")
 
 
 def get_key(cfg: Config, key: str) -> Any:

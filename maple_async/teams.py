@@ -6,7 +6,7 @@ separated by the ``=== [format] name ===`` headers Showdown writes. Parsing, val
 and packing are Showdown's own (``Teams.import``, ``TeamValidator``, ``Teams.pack``: what
 ``pokemon-showdown validate-team`` and ``pack-team`` run), in one ``node`` process for the
 whole pool. The same call reads the format's rules (game type, random teams, how many
-Pokémon are picked at team preview), so :func:`prepare` refuses a doubles format, teams
+Pokémon are picked at team preview), so :func:`prepare` refuses triples or multi battles, teams
 given to a random format and a team format without teams before any battle starts.
 """
 
@@ -24,6 +24,7 @@ from typing import Optional
 from poke_env.teambuilder import Teambuilder
 
 from .errors import UserError
+from .obs.games import is_doubles_format
 
 SAMPLING = ("uniform", "cycle", "fixed")
 _HEADER = re.compile(r"^===\s*(?:\[([^\]]*)\])?\s*(.*?)\s*===\s*$")
@@ -207,10 +208,31 @@ def _checked_format(battle_format: str, out: dict) -> FormatInfo:
     if not info.id.startswith("gen9"):
         raise TeamError(f"runner.battle_format '{battle_format}': the encoder is gen9; "
                         f"use a gen9 singles format")
-    if info.game_type != "singles":
+    if info.game_type not in ("singles", "doubles"):
         raise TeamError(f"runner.battle_format '{battle_format}' is a {info.game_type} format; "
-                        f"only singles formats are supported (doubles are a later step)")
+                        f"the encoder plays singles and doubles")
+    if (info.game_type == "doubles") != is_doubles_format(battle_format):
+        raise TeamError(f"runner.battle_format '{battle_format}' is a {info.game_type} format that "
+                        f"poke-env would not play as {info.game_type} (its name decides)")
     return info
+
+
+def _foreign_headers(texts: list, battle_format: str) -> Optional[str]:
+    """The first team whose file header names a format of the other game type (a singles
+    team given to a doubles format, or the reverse), as one line; None if none does."""
+    doubles = is_doubles_format(battle_format)
+    kinds = {True: "doubles", False: "singles"}
+    for source in dict.fromkeys(s for s, _, _ in texts):
+        try:
+            lines = Path(source).read_text(encoding="utf-8-sig").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            m = _HEADER.match(line.strip())
+            if m and m.group(1) and is_doubles_format(m.group(1)) != doubles:
+                return (f"{source}: team '{m.group(2)}' is written for {m.group(1)} ({kinds[not doubles]}) "
+                        f"and {battle_format} is {kinds[doubles]}: give {kinds[doubles]} teams")
+    return None
 
 
 def _pool(battle_format: str, path: str, sampling: str, seed: Optional[int],
@@ -218,6 +240,9 @@ def _pool(battle_format: str, path: str, sampling: str, seed: Optional[int],
     texts = read_texts(path)
     out = _node_check(battle_format, [t for _, _, t in texts], home)
     info = _checked_format(battle_format, out)
+    foreign = _foreign_headers(texts, battle_format)
+    if foreign:
+        raise TeamError(foreign)
     if info.random:
         raise TeamError(f"runner.battle_format '{battle_format}' builds random teams: "
                         f"remove the teams ({path}) or pick a team format such as gen9ou")

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Optional
 
 import numpy as np
+from poke_env.battle import DoubleBattle
 from poke_env.player.battle_order import DefaultBattleOrder
 
 from ..config import BatcherConfig, RewardConfig
 from ..inference.batcher import Decision, InferenceBatcher
 from ..inference.hidden import HiddenStates
+from ..obs import doubles as dbl
 from ..obs import encoding as enc
 from ..obs.rewards import RewardTracker
 
@@ -92,7 +94,7 @@ class _Live:
     last_rqid: object = None
     tried: set = field(default_factory=set)
     hidden_before: object = None
-    recorded: bool = False  # the last order sent is the trajectory's last step
+    recorded: int = 0  # steps the last order sent added to the trajectory (doubles: up to 2)
     last_active: float = 0.0
     battle: object = None  # the battle object of the latest decision (a pool reads it)
     reward: float = 0.0  # the reward credited at the latest decision (0 on a retry)
@@ -167,6 +169,8 @@ class Agent:
         t_start = time.perf_counter()
         if self.closing:
             return NO_ORDER  # shutting down: the battle is being forfeited
+        if isinstance(battle, DoubleBattle):
+            return await self._choose_doubles(battle, opponent, t_start)
         self._tick += 1
         timed = self._tick % CPU_SAMPLE == 0
         c0 = time.thread_time() if timed else 0.0
@@ -186,20 +190,7 @@ class Agent:
         # [Unavailable choice] when a hidden trapping ability is revealed (Showdown sends
         # the request again, marked ``update``). Undo that step and decide again without
         # the rejected action(s), on the refreshed request.
-        request = battle.last_request or {}
-        rqid = request.get("rqid")
-        retry = live.retry = live.last_rqid is not None and (rqid == live.last_rqid
-                                                             or bool(request.get("update")))
-        if retry:
-            self.stats.retries += 1
-            live.reward = 0.0
-            if live.hidden_before is not None:
-                self.hidden.put(key, live.generation, live.hidden_before)
-            if live.recorded:  # a rejected fallback order was never recorded: nothing to undo
-                live.traj.pop()
-        else:
-            live.tried = set()
-            live.last_rqid = rqid
+        retry = self._rewind(battle, key, live)
         for a in live.tried:
             mask[a] = False
         if not enc.any_legal(mask):
@@ -219,7 +210,7 @@ class Agent:
             # Abandoned while we waited, or shutting down (the battle is being forfeited:
             # an order now would only earn "[Invalid choice] There's nothing to choose").
             return NO_ORDER
-        live.recorded = False
+        live.recorded = 0
         if decision.action < 0 or not mask[decision.action]:
             stats.fallbacks += 1
             legal = np.flatnonzero(mask)
@@ -229,7 +220,7 @@ class Agent:
             order = enc.action_to_order(battle, decision.action, moves)
             if live.traj is not None:
                 live.traj.append(obs, mask, decision.action, decision)
-                live.recorded = True
+                live.recorded = 1
         stats.decisions += 1
         if timed:
             c4 = time.thread_time()
@@ -239,6 +230,81 @@ class Agent:
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return order
+
+    def _rewind(self, battle, key, live: _Live) -> bool:
+        """Whether this request asks again for the decision point of the last order: Showdown
+        rejected it with [Invalid choice] (poke-env re-asks with the same request, same
+        rqid) or [Unavailable choice] when a hidden trapping ability is revealed (the request
+        comes again, marked ``update``). Then the steps and hidden state of that order are
+        undone, to decide again without the rejected action(s) on the refreshed request."""
+        request = battle.last_request or {}
+        rqid = request.get("rqid")
+        retry = live.retry = live.last_rqid is not None and (rqid == live.last_rqid
+                                                             or bool(request.get("update")))
+        if retry:
+            self.stats.retries += 1
+            live.reward = 0.0
+            if live.hidden_before is not None:
+                self.hidden.put(key, live.generation, live.hidden_before)
+            for _ in range(live.recorded):  # a rejected fallback order was never recorded
+                live.traj.pop()
+            live.recorded = 0
+        else:
+            live.tried = set()
+            live.last_rqid = rqid
+        return retry
+
+    async def _choose_doubles(self, battle, opponent: str, t_start: float):
+        """A doubles request: slot 1 decides, then slot 2 seeing slot 1's action, each a
+        batcher step recorded in the trajectory (a slot with one legal action is filled in
+        without asking); both make the turn's one order (:mod:`maple_async.obs.doubles`)."""
+        state: list = []
+        turn = dbl.Turn(battle, side_state=state)
+        key = self.key(battle)
+        live = self.live.get(key) or self._begin(key, opponent)
+        live.last_active = t_start
+        live.battle = battle
+        retry = self._rewind(battle, key, live)
+        if turn.wait():
+            return DefaultBattleOrder()
+        if not retry:
+            self._credit(live, battle, state)
+        if self.hidden.hidden_dim:
+            live.hidden_before = self.hidden.get(key)
+        stats = self.stats
+        actions: list = []
+        first = -1
+        for s in (0, 1):
+            mask = turn.mask(s, first)
+            if s == 0:
+                for a in live.tried:  # slot 1's actions of orders Showdown refused
+                    mask[a] = False
+            legal = np.flatnonzero(mask)
+            if len(legal) == 0:
+                stats.fallbacks += 1
+                return DefaultBattleOrder()
+            if len(legal) == 1:
+                action = int(legal[0])
+            else:
+                obs = turn.obs(s, first)
+                decision = await self.batcher.decide(key, live.generation, obs, mask)
+                if self.live.get(key) is not live or self.closing:
+                    return NO_ORDER
+                action = decision.action
+                if action < 0 or not mask[action]:
+                    stats.fallbacks += 1
+                    action = int(random.choice(legal))
+                elif live.traj is not None:
+                    live.traj.append(obs, mask, action, decision)
+                    live.recorded += 1
+            if s == 0:
+                first = action
+                live.tried.add(action)
+            actions.append(action)
+        stats.decisions += 1
+        if len(stats.latencies) < 200_000:
+            stats.latencies.append(time.perf_counter() - t_start)
+        return turn.order(actions)
 
     def imitate(self, battle, opponent: str, order):
         """Record another player's ``order`` (a teacher's) as this battle side's step, with
@@ -255,7 +321,7 @@ class Agent:
         retry = live.last_rqid is not None and rqid == live.last_rqid
         if retry and live.recorded:  # the teacher's order was refused: keep its second try
             live.traj.pop()
-        live.last_rqid, live.recorded = rqid, False
+        live.last_rqid, live.recorded = rqid, 0
         if not retry:
             self._credit(live, battle, state)
         action = enc.order_to_action(battle, order, moves)
@@ -263,7 +329,7 @@ class Agent:
             self.stats.fallbacks += 1  # played, not recorded
         elif live.traj is not None:
             live.traj.append(obs, mask, action, Decision(action, 0.0, 0.0, 0))
-            live.recorded = True
+            live.recorded = 1
         self.stats.decisions += 1
         return order
 
@@ -298,13 +364,14 @@ class Agent:
         live.battle = battle
         live.last_rqid = (battle.last_request or {}).get("rqid")
         n = enc.preview_picks(battle)
+        game = dbl if isinstance(battle, DoubleBattle) else enc
         picks: list = []
         while len(picks) < n:
-            mask = np.zeros(enc.N_ACTIONS, dtype=bool)
-            obs = enc.encode_preview(battle, picks, n, mask)
+            mask = np.zeros(game.N_ACTIONS, dtype=bool)
+            obs = game.encode_preview(battle, picks, n, mask)
             legal = np.flatnonzero(mask)
             if len(legal) == 1:
-                picks.append(int(legal[0]) - enc.PREVIEW)
+                picks.append(int(legal[0]) - game.PREVIEW)
                 continue
             decision = await self.batcher.decide(key, live.generation, obs, mask)
             if self.live.get(key) is not live or self.closing:
@@ -316,7 +383,7 @@ class Agent:
                 action = int(random.choice(legal))
             elif live.traj is not None:
                 live.traj.append(obs, mask, action, decision)
-            picks.append(action - enc.PREVIEW)
+            picks.append(action - game.PREVIEW)
             self.stats.decisions += 1
         self.stats.previews += 1
         return enc.preview_order(battle, picks)

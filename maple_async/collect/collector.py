@@ -64,10 +64,10 @@ class Collector:
         self.league_policy: Optional[LeaguePolicy] = None
         if "league" in self.mix:
             seed = cfg.runner.seed
-            self.league_policy = LeaguePolicy(lambda: nets.from_config(cfg.network), device,
+            self.league_policy = LeaguePolicy(lambda: nets.for_config(cfg), device,
                                               rng=random.Random(None if seed is None else seed + 17))
         self._on_trajectory = on_trajectory
-        self.agent = agent or Agent(InferencePolicy(nets.from_config(cfg.network), device), cfg.batcher,
+        self.agent = agent or Agent(InferencePolicy(nets.for_config(cfg), device), cfg.batcher,
                                     reward_cfg=cfg.reward, record=True, on_trajectory=self._emit,
                                     name="learner", gamma=cfg.ppo.gamma)
         self.league_agent: Optional[Agent] = None

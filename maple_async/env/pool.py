@@ -294,7 +294,7 @@ def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[
     if isinstance(spec, str) and ":" not in spec and not is_checkpoint(spec):
         raise ValueError(f"opponent {spec!r}: expected self, {', '.join(BASELINES)}, a checkpoint file, "
                          f"a policy object or module:attr")
-    policy, _ = policy_for(spec, device)
+    policy, _ = policy_for(spec, device, battle_format=cfg.runner.battle_format)
     name = Path(spec).name if is_checkpoint(spec) else policy.name
     return name, Agent(policy, cfg.batcher, name="opponent")
 

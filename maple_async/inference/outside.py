@@ -20,7 +20,7 @@ import inspect
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -133,12 +133,13 @@ def is_checkpoint(spec: Any) -> bool:
     return isinstance(spec, (str, Path)) and (str(spec).endswith(".pt") or Path(spec).is_file())
 
 
-def policy_for(spec: Any, device, greedy: bool = False):
+def policy_for(spec: Any, device, greedy: bool = False, battle_format: Optional[str] = None):
     """A checkpoint's policy and its config, or an outside policy (``module:attr``,
-    ``file.py:attr`` or an object) and None."""
+    ``file.py:attr`` or an object) and None. ``battle_format``: what a checkpoint will play
+    (one of the other game type is refused)."""
     from .policy import policy_from_checkpoint
     if is_checkpoint(spec):
-        return policy_from_checkpoint(str(spec), device, greedy=greedy)
+        return policy_from_checkpoint(str(spec), device, greedy=greedy, battle_format=battle_format)
     return OutsidePolicy(spec), None
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..learn.networks import PolicyNetwork, from_config, masked_logits
+from ..obs import games
 from ..obs.features import Features, derive
 
 
@@ -87,13 +88,15 @@ def sample_categorical(logp: torch.Tensor) -> torch.Tensor:
     return (logp - torch.log(-torch.log(u))).argmax(dim=-1)
 
 
-def policy_from_checkpoint(path: str, device, greedy: bool = False):
+def policy_from_checkpoint(path: str, device, greedy: bool = False, battle_format: Optional[str] = None):
     """A checkpoint's network with its weights, as an :class:`InferencePolicy`, and the
-    checkpoint's config."""
+    checkpoint's config. ``battle_format``: the format it will play (default: its own); a
+    checkpoint of the other game type (singles, doubles) is refused."""
     from ..config import from_saved
     from ..learn import checkpoint as ckpt
     data = ckpt.load(path)
     cfg = from_saved(data["config"])
-    net = from_config(cfg.network)
+    games.check_checkpoint(data.get("layout"), battle_format or cfg.runner.battle_format, path)
+    net = from_config(cfg.network, games.of_format(cfg.runner.battle_format))
     ckpt.load_weights(net, data["learner"]["network"], path)
     return InferencePolicy(net, device, greedy=greedy), cfg

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ..obs.encoding import LAYOUT
+from ..obs import games
 
 FORMAT = "maple-async/1"
 
@@ -29,7 +29,8 @@ class CheckpointError(UserError, ValueError):
 def save(path: str | Path, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "layout": LAYOUT, **payload}
+    fmt = ((payload.get("config") or {}).get("runner") or {}).get("battle_format", "")
+    payload = {"format": FORMAT, "layout": games.of_format(fmt).layout, **payload}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -54,10 +55,10 @@ def load(path: str | Path) -> dict[str, Any]:
                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a maple-async checkpoint")
-    if data.get("layout") != LAYOUT:
+    if games.of_layout(data.get("layout")) is None:
         raise CheckpointError(f"checkpoint {path} was trained on another observation layout "
                               f"({data.get('layout') or 'maple-obs/1, 26 actions'}; this version: "
-                              f"{LAYOUT}): train a new one")
+                              f"{games.SINGLES.layout} or {games.DOUBLES.layout}): train a new one")
     return data
 
 

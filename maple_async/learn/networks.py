@@ -13,7 +13,9 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..obs import doubles as dbl
 from ..obs import encoding as enc
+from ..obs import games
 
 
 class EntityHead(nn.Module):
@@ -54,6 +56,37 @@ class EntityHead(nn.Module):
         return torch.cat([switch, move, other, move, pick], dim=-1)
 
 
+class DoublesEntityHead(EntityHead):
+    """:class:`EntityHead` for the doubles layout (:mod:`maple_async.obs.doubles`): move *j*
+    with target *t* is scored from move block *j* derived against the foe it hits (foe 1:
+    the core's moves, foe 2: the second copy; no target: their mean; ally and self: their
+    own contexts), tera variants alike; pass scores 0."""
+
+    def __init__(self, hidden_size: int, d: int = 64):
+        super().__init__(hidden_size, d)
+        self.target_ctx = nn.Linear(hidden_size, 4 * d)  # none, foe, ally, self
+        self.target_out = nn.Linear(d, 4)
+        for layer in (self.target_ctx, self.target_out):
+            nn.init.orthogonal_(layer.weight, gain=0.01)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        own = x[..., enc.OWN_TEAM:enc.OPP_TEAM].reshape(*lead, 6, enc.POKE_DIM)
+        ma = x[..., enc.MOVES:enc.FIELD].reshape(*lead, 4, enc.MOVE_DIM)
+        mb = x[..., dbl.MOVES_B:dbl.ALLY_MOVES].reshape(*lead, 4, enc.MOVE_DIM)
+        pe, ea, eb = self.poke(own), self.move(ma), self.move(mb)
+        switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
+        pick = (pe * self.pick_ctx(y).unsqueeze(-2)).sum(-1) + self.pick_out(pe).squeeze(-1)
+        ctx = self.target_ctx(y).reshape(*lead, 1, 4, -1)  # [.., 1, 4, d]
+        by_target = torch.stack([(ea + eb) * 0.5, ea, eb, ea, ea], dim=-2)  # [.., 4 moves, 5, d]
+        which = [0, 1, 1, 2, 3]
+        score = (by_target * ctx[..., which, :]).sum(-1)
+        score = score + self.target_out(by_target)[..., torch.arange(5), which]
+        move = score.reshape(*lead, 20)
+        return torch.cat([switch, move, move, switch.new_zeros(*lead, 1), pick], dim=-1)
+
+
 class PolicyNetwork(nn.Module):
     """Base class. Subclasses implement ``_core(features[B,T,F], hidden) -> (y[B,T,H], hidden)``."""
 
@@ -70,8 +103,11 @@ class PolicyNetwork(nn.Module):
         nn.init.zeros_(self.policy_head.bias)
         nn.init.orthogonal_(self.value_head.weight, gain=1.0)
         nn.init.zeros_(self.value_head.bias)
-        use_entity = entity_head and obs_dim == enc.OBS_DIM and n_actions == enc.N_ACTIONS
-        self.entity_head = EntityHead(hidden_size) if use_entity else None
+        self.entity_head = None
+        if entity_head and (obs_dim, n_actions) == (enc.OBS_DIM, enc.N_ACTIONS):
+            self.entity_head = EntityHead(hidden_size)
+        elif entity_head and (obs_dim, n_actions) == (dbl.OBS_DIM, dbl.N_ACTIONS):
+            self.entity_head = DoublesEntityHead(hidden_size)
 
     def _logits(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = self.policy_head(y)
@@ -216,13 +252,14 @@ class AttentionPolicy(_Recurrent):
     """Self-attention over entity tokens (12 Pokémon, 4 moves, field) -> LSTM -> heads.
 
     The token layout follows :mod:`maple_async.obs.encoding`; a learned embedding tells
-    apart own/opponent/move/field tokens.
+    apart own/opponent/move/field tokens. In doubles the rest of the observation (moves
+    against foe 2, the ally's moves, the doubles block) is one more token.
     """
 
     def __init__(self, obs_dim: int, n_actions: int, hidden_size: int = 128, num_layers: int = 1,
                  attention_heads: int = 4, entity_head: bool = True, **_):
-        if obs_dim != enc.OBS_DIM:
-            raise ValueError("AttentionPolicy needs the maple_async.obs.encoding layout")
+        if obs_dim not in (enc.OBS_DIM, dbl.OBS_DIM):
+            raise ValueError("AttentionPolicy needs the maple_async.obs.encoding or .doubles layout")
         super().__init__(hidden_size, obs_dim, n_actions, hidden_size, num_layers, entity_head)
         d = hidden_size
         self.poke_embed = nn.Linear(enc.POKE_DIM, d)
@@ -232,7 +269,9 @@ class AttentionPolicy(_Recurrent):
         layer = nn.TransformerEncoderLayer(d, attention_heads, dim_feedforward=2 * d,
                                            batch_first=True, dropout=0.0)
         self.attn = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
-        self.pool = nn.Linear(17 * d, d)
+        extra = obs_dim - enc.OBS_DIM
+        self.extra_embed = nn.Linear(extra, d) if extra else None
+        self.pool = nn.Linear((18 if extra else 17) * d, d)
 
     def _features(self, x):
         lead = x.shape[:-1]
@@ -240,13 +279,16 @@ class AttentionPolicy(_Recurrent):
         own = flat[:, enc.OWN_TEAM:enc.OPP_TEAM].reshape(-1, 6, enc.POKE_DIM)
         opp = flat[:, enc.OPP_TEAM:enc.MOVES].reshape(-1, 6, enc.POKE_DIM)
         moves = flat[:, enc.MOVES:enc.FIELD].reshape(-1, 4, enc.MOVE_DIM)
-        field = flat[:, enc.FIELD:].unsqueeze(1)
-        tokens = torch.cat([
+        field = flat[:, enc.FIELD:enc.OBS_DIM].unsqueeze(1)
+        parts = [
             self.poke_embed(own) + self.kind_embed[0],
             self.poke_embed(opp) + self.kind_embed[1],
             self.move_embed(moves) + self.kind_embed[2],
             self.field_embed(field) + self.kind_embed[3],
-        ], dim=1)
+        ]
+        if self.extra_embed is not None:
+            parts.append(self.extra_embed(flat[:, enc.OBS_DIM:]).unsqueeze(1))
+        tokens = torch.cat(parts, dim=1)
         y = self.attn(tokens)
         return torch.relu(self.pool(y.reshape(flat.shape[0], -1))).reshape(*lead, -1)
 
@@ -263,9 +305,15 @@ def build(kind: str, hidden_size: int = 128, num_layers: int = 1, attention_head
                           attention_heads=attention_heads, entity_head=entity_head)
 
 
-def from_config(net_cfg) -> PolicyNetwork:
+def from_config(net_cfg, game: games.Game = games.SINGLES) -> PolicyNetwork:
     return build(net_cfg.kind, net_cfg.hidden_size, net_cfg.num_layers, net_cfg.attention_heads,
-                 entity_head=net_cfg.entity_head)
+                 obs_dim=game.obs_dim, n_actions=game.n_actions, entity_head=net_cfg.entity_head)
+
+
+def for_config(cfg) -> PolicyNetwork:
+    """The network of a whole config: its ``network`` section, sized for the game its
+    battle format plays (singles or doubles)."""
+    return from_config(cfg.network, games.of_format(cfg.runner.battle_format))
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from . import doubles as dbl
 from . import encoding as enc
 
 _PAR = enc.P_STATUS + enc.STATUS_INDEX[enc.Status.PAR]
@@ -99,11 +100,13 @@ Features = Optional[Callable[[np.ndarray], np.ndarray]]
 
 
 def derive(obs: np.ndarray) -> np.ndarray:
-    """Fill the derived columns of ``obs`` (float32, ``[..., OBS_DIM]``, C-contiguous) in
-    place; returns it."""
+    """Fill the derived columns of ``obs`` (float32, ``[..., OBS_DIM]`` of singles or of
+    doubles, C-contiguous) in place; returns it."""
+    if obs.shape[-1] == dbl.OBS_DIM and obs.dtype == np.float32 and obs.flags.c_contiguous:
+        return _derive_doubles(obs)
     if obs.shape[-1] != enc.OBS_DIM or obs.dtype != np.float32 or not obs.flags.c_contiguous:
-        raise ValueError(f"derive needs a C-contiguous float32 array [..., {enc.OBS_DIM}], "
-                         f"got {obs.dtype} {obs.shape}")
+        raise ValueError(f"derive needs a C-contiguous float32 array [..., {enc.OBS_DIM}] "
+                         f"(doubles: {dbl.OBS_DIM}), got {obs.dtype} {obs.shape}")
     flat = obs.reshape(-1, enc.OBS_DIM)
     n = flat.shape[0]
     if n == 0:
@@ -166,4 +169,21 @@ def derive(obs: np.ndarray) -> np.ndarray:
     hits = attacking & ~immune & (power > 0) & both[:, None]
     mv[..., enc.M_DAMAGE] = np.where(hits, np.minimum(frac, 2.0) * 0.5, 0.0)
     mv[..., enc.M_KO] = hits & (frac >= 1.0)
+    return obs
+
+
+_OPP_ACTIVE = [enc.OPP_TEAM + i * enc.POKE_DIM + enc.P_ACTIVE for i in range(6)]
+
+
+def _derive_doubles(obs: np.ndarray) -> np.ndarray:
+    """Doubles (:mod:`.doubles`): the core as in singles (the deciding Pokémon against the
+    foe in position 1), and the second copy of its moves against the foe in position 2."""
+    flat = obs.reshape(-1, dbl.OBS_DIM)
+    core = np.ascontiguousarray(flat[:, :enc.OBS_DIM])
+    other = core.copy()
+    other[:, _OPP_ACTIVE] = flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12]
+    derive(core)
+    derive(other)
+    flat[:, :enc.OBS_DIM] = core
+    flat[:, dbl.MOVES_B:dbl.ALLY_MOVES] = other[:, enc.MOVES:enc.FIELD]
     return obs

@@ -59,7 +59,9 @@ class PolicyPlayer(FastBattles, Player):
     DEFAULT_CHOICE_CHANCE = 0.0
 
     def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
-                 track_changes: bool = True, coalesce: bool = True, fair: bool = True, **kwargs):
+                 track_changes: bool = True, coalesce: bool = True, fair: bool = True,
+                 open_team_sheets: bool = False, **kwargs):
+        # (open_team_sheets is fast_kwargs' copy of what player_kwargs passes to poke-env)
         super().__init__(**kwargs)
         self.fast_battles = fast_battles
         self.track_changes = track_changes
@@ -80,6 +82,15 @@ class PolicyPlayer(FastBattles, Player):
 
     def choose_move(self, battle):
         return self.agent.choose(battle, self.opponent_name)
+
+    async def _handle_battle_message(self, split_messages) -> None:
+        if self.accept_open_team_sheet:  # the opponent's sheet: a flag of the observation
+            for m in split_messages:
+                if len(m) > 2 and m[1] == "showteam":
+                    battle = await self._get_battle(split_messages[0][0])
+                    if m[2] != battle.player_role:
+                        battle.__dict__["_maple_sheet"] = True
+        await super()._handle_battle_message(split_messages)
 
     def teampreview(self, battle):
         return self.agent.preview(battle, self.opponent_name)
@@ -184,13 +195,16 @@ def run_id() -> str:
 def fast_kwargs(runner_cfg) -> dict:
     """PolicyPlayer's battle-state options from the ``runner`` config section."""
     return dict(fast_battles=runner_cfg.fast_battles, track_changes=runner_cfg.incremental_encode,
-                coalesce=runner_cfg.coalesce_sends, fair=runner_cfg.fair_receive)
+                coalesce=runner_cfg.coalesce_sends, fair=runner_cfg.fair_receive,
+                open_team_sheets=runner_cfg.open_team_sheets)
 
 
 def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: str,
-                  team=None, password: Optional[str] = None, login_url: Optional[str] = None) -> dict:
+                  team=None, password: Optional[str] = None, login_url: Optional[str] = None,
+                  open_team_sheets: bool = False) -> dict:
     """``team``: a poke-env Teambuilder (team formats), asked for a team before each battle.
-    ``password`` and ``login_url``: a registered account on a server with normal login."""
+    ``password`` and ``login_url``: a registered account on a server with normal login.
+    ``open_team_sheets``: accept them (VGC; poke-env rejects them otherwise)."""
     from ..server import websocket_url
     return dict(
         team=team,
@@ -198,16 +212,18 @@ def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: s
         server_configuration=ServerConfiguration(websocket_url(server_url), login_url),
         battle_format=battle_format,
         max_concurrent_battles=concurrency,
+        accept_open_team_sheet=open_team_sheets,
         loop=asyncio.get_running_loop(),
         log_level=logging.ERROR,
     )
 
 
 def make_baseline(name: str, server_url: str, account: str, concurrency: int,
-                  battle_format: str, team=None) -> Player:
+                  battle_format: str, team=None, open_team_sheets: bool = False) -> Player:
     if name not in BASELINES:
         raise ValueError(f"unknown baseline '{name}' (known: {', '.join(BASELINES)})")
-    player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format, team))
+    player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format, team,
+                                                   open_team_sheets=open_team_sheets))
     quiet_logger(player)
     return player
 

@@ -21,6 +21,7 @@ import numpy as np
 from ..config import Config, parse_opponent_mix
 from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
+from ..obs import games
 from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
@@ -39,7 +40,7 @@ class LearningLoop:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.mix = parse_opponent_mix(cfg.train.opponents)
         est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
-        self.learner = Learner(nets.from_config(cfg.network), cfg.ppo, device, total_updates=est_updates)
+        self.learner = Learner(nets.for_config(cfg), cfg.ppo, device, total_updates=est_updates)
         if cfg.train.init and not resume:
             self._init(cfg.train.init)
         (self.run_dir / "config.yaml").write_text(cfg.to_yaml())
@@ -66,6 +67,7 @@ class LearningLoop:
     # -- checkpoints -----------------------------------------------------------------------
     def _resume(self, path: str) -> None:
         data = ckpt.load(path)
+        games.check_checkpoint(data.get("layout"), self.cfg.runner.battle_format, path)
         if "optimizer" not in data["learner"]:
             raise ckpt.CheckpointError(f"{path} is a weights-only snapshot (no optimiser or league): "
                                        f"start a new run from its weights with --train.init {path}")
@@ -84,6 +86,7 @@ class LearningLoop:
         league start fresh. The teacher it was cloned from is recorded (``train.teacher``)."""
         from ..config import from_saved
         data = ckpt.load(path)
+        games.check_checkpoint(data.get("layout"), self.cfg.runner.battle_format, path)
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         teacher = data.get("pretrain", {}).get("teacher") or from_saved(data["config"]).train.teacher
         self.cfg.train.teacher = teacher

@@ -222,9 +222,9 @@ def bench_policy(cfg, device) -> InferencePolicy:
     """The configured network with fresh weights, or ``train.init``'s agent (``bench --checkpoint``)."""
     if cfg.train.init:
         from .evaluate import policy_from_checkpoint
-        return policy_from_checkpoint(cfg.train.init, device)[0]
+        return policy_from_checkpoint(cfg.train.init, device, battle_format=cfg.runner.battle_format)[0]
     from ..learn import networks as nets
-    return InferencePolicy(nets.from_config(cfg.network), device)
+    return InferencePolicy(nets.for_config(cfg), device)
 
 
 async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,

@@ -54,7 +54,8 @@ async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: 
     if opponent in BASELINES:
         other = opponent
     else:
-        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=policy.greedy)
+        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=policy.greedy,
+                                               battle_format=battle_format)
         other = Agent(opp_policy, batcher_cfg, name="eval-opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",

@@ -24,6 +24,8 @@ from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..pokeenv.players import fast_kwargs
+from ..errors import UserError
+from ..obs import games
 from ..teams import for_config
 
 
@@ -33,8 +35,11 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
     """Clone ``teacher`` over ``n_battles`` battles against ``opponent`` (``self``: the
     teacher against itself, both sides recorded), or until ``max_minutes`` (battles still
     running then are dropped); returns the checkpoint's path."""
+    if games.is_doubles_format(cfg.runner.battle_format):
+        raise UserError(f"pretrain clones singles teachers; {cfg.runner.battle_format} is doubles "
+                        f"(train it from scratch: maple-async train)")
     say = (lambda m: None) if quiet else (lambda m: print(m, flush=True))
-    learner = Learner(nets.from_config(cfg.network), cfg.ppo, device)
+    learner = Learner(nets.for_config(cfg), cfg.ppo, device)
     inbox: list = []
     arrived = asyncio.Event()
 
@@ -45,7 +50,7 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
                 arrived.set()
 
     # The agent only records: its network is never asked (the teacher decides).
-    agent = Agent(InferencePolicy(nets.from_config(cfg.network), "cpu"), cfg.batcher, reward_cfg=cfg.reward,
+    agent = Agent(InferencePolicy(nets.for_config(cfg), "cpu"), cfg.batcher, reward_cfg=cfg.reward,
                   record=True, on_trajectory=on_trajectory, name="teacher", gamma=cfg.ppo.gamma)
     me = Teacher(teacher, agent)
     other = me if opponent == "self" else opponent
