@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import logging
 import sys
 import time
@@ -72,9 +73,20 @@ def print_config(cfg: config_mod.Config) -> None:
 
 def check_teams(cfg: config_mod.Config, quiet: bool = False) -> None:
     """The format's rules and every team, validated by Showdown before anything starts
-    (``quiet``: stdout is JSON, say nothing)."""
+    (``quiet``: stdout is JSON, say nothing); ``train.eval_teams`` too."""
     from .teams import for_config
     for_config(cfg, quiet=quiet)
+    if cfg.train.eval_teams and cfg.train.eval_battles:
+        for_config(_eval_pool_config(cfg), quiet=quiet)
+
+
+def _eval_pool_config(cfg: config_mod.Config) -> config_mod.Config:
+    """``cfg`` with ``train.eval_teams`` as both sides' pool (the end-of-training evaluation)."""
+    if not cfg.train.eval_teams:
+        return cfg
+    out = copy.deepcopy(cfg)
+    out.runner.teams, out.train.opponent_teams = cfg.train.eval_teams, None
+    return out
 
 
 # -- server -----------------------------------------------------------------------------
@@ -200,8 +212,10 @@ async def _final_eval(cfg, loop, url: str, device) -> None:
     from .tools.evaluate import EvalTable, training_label
     policy = InferencePolicy(loop.learner.network, device, greedy=False)
     table = EvalTable()
+    if cfg.train.eval_teams:
+        print(f"[eval] both sides draw from {cfg.train.eval_teams} (train.eval_teams)", flush=True)
     for opp in config_mod.parse_eval_opponents(cfg.train.eval_opponents):
-        res = await _evaluate(cfg, policy, url, opp, cfg.train.eval_battles, device,
+        res = await _evaluate(_eval_pool_config(cfg), policy, url, opp, cfg.train.eval_battles, device,
                               min(cfg.runner.concurrency, 32))
         table.results.append(("agent", res, training_label(opp, cfg.train)))
         print(table.row(-1), flush=True)

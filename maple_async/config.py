@@ -173,6 +173,8 @@ class TrainConfig:
                             ge=0)
     eval_opponents: str = key("random,max_power,heuristics",
                               "the end-of-training evaluation's opponents (baselines), comma list")
+    eval_teams: Optional[str] = key(None, "team format: the pool both sides draw from in the end-of-training "
+                                          "evaluation, e.g. one training never saw; unset: runner.teams")
     tensorboard: bool = key(True, "write TensorBoard scalars to <run_dir>/tb")
     replay_every: int = key(0, "keep one learner battle in this many as a replay (HTML + protocol log) "
                                "in <run_dir>/replays; 0: none", ge=0)

@@ -42,8 +42,11 @@ def test_shipped_pools_validate_and_presets_use_them(preset, fmt, pool):
 
 def test_format_rules_from_showdown():
     assert T.format_info("gen9randombattle").random
-    with pytest.raises(T.TeamError, match="only singles formats"):
-        T.format_info("gen9doublesou")
+    assert T.format_info("gen9doublesou").game_type == "doubles"
+    with pytest.raises(T.TeamError, match="is a triples format; the encoder plays singles and doubles"):
+        T.format_info("gen9triples")
+    with pytest.raises(T.TeamError, match="poke-env would not play as doubles"):
+        T.format_info("gen912switch")
     with pytest.raises(T.TeamError, match="not a format of the pinned Showdown"):
         T.format_info("gen9nosuchformat")
 

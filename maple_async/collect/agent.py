@@ -258,8 +258,12 @@ class Agent:
         """A doubles request: slot 1 decides, then slot 2 seeing slot 1's action, each a
         batcher step recorded in the trajectory (a slot with one legal action is filled in
         without asking); both make the turn's one order (:mod:`maple_async.obs.doubles`)."""
+        self._tick += 1
+        timed = self._tick % CPU_SAMPLE == 0
+        c0 = time.thread_time() if timed else 0.0
         state: list = []
         turn = dbl.Turn(battle, side_state=state)
+        c1 = time.thread_time() if timed else 0.0
         key = self.key(battle)
         live = self.live.get(key) or self._begin(key, opponent)
         live.last_active = t_start
@@ -302,6 +306,10 @@ class Agent:
                 live.tried.add(action)
             actions.append(action)
         stats.decisions += 1
+        if timed:  # (reading the battle counts as encoding; the rest, awaits included, as bookkeeping)
+            stats.timed += 1
+            stats.encode_s += c1 - c0
+            stats.bookkeeping_s += time.thread_time() - c1
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return turn.order(actions)

@@ -15,10 +15,15 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .pool import N_ACTIONS, OBS_DIM, BattlePool
+from .pool import BattlePool
 
-_PADDING_MASK = np.zeros(N_ACTIONS, dtype=bool)
-_PADDING_MASK[0] = True
+
+
+def padding_mask(n_actions: int) -> np.ndarray:
+    """An inactive slot's mask: one legal action, ignored."""
+    mask = np.zeros(n_actions, dtype=bool)
+    mask[0] = True
+    return mask
 
 
 class SyncSlots:
@@ -28,7 +33,8 @@ class SyncSlots:
         self.pool = pool
         n = pool.num_envs
         self.obs = np.zeros((n, *obs_shape), dtype=obs_dtype)  # each slot's latest observation
-        self.masks = np.tile(_PADDING_MASK, (n, 1))
+        self.padding = padding_mask(pool.n_actions)
+        self.masks = np.tile(self.padding, (n, 1))
         self.pending = np.zeros(n, dtype=bool)  # returned by the pool and not answered
         self.decisions = 0
         self.steps = 0
@@ -63,7 +69,7 @@ class SyncSlots:
         active[ids] = True
         self.pending[ids] = True
         self.obs[ids] = obs["observation"]
-        self.masks[:] = _PADDING_MASK
+        self.masks[:] = self.padding
         self.masks[ids] = obs["action_mask"]
         full_reward = np.zeros(n, dtype=np.float32)
         full_reward[ids] = reward
@@ -83,24 +89,26 @@ class SyncSlots:
         return self.obs.copy(), self.masks.copy(), full_reward, full_term, full_trunc, out_info
 
 
-def observation_space(space=None) -> spaces.Space:
+def observation_space(pool) -> spaces.Space:
     """A slot's observation space: the caller's, or the encoder's vector."""
-    return space if space is not None else spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+    if pool.observation_space is not None:
+        return pool.observation_space
+    return spaces.Box(-np.inf, np.inf, (pool.obs_dim,), np.float32)
 
 
 class BattleVectorEnv(VectorEnv):
     """``gymnasium.vector.VectorEnv`` over a :class:`BattlePool` (same arguments):
-    observations ``Dict(observation, action_mask)``, actions ``Discrete(32)`` per slot."""
+    observations ``Dict(observation, action_mask)``, actions ``Discrete(pool.n_actions)`` per slot (singles 32, doubles 53)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, *args, **kwargs):
         self.pool = BattlePool(*args, **kwargs)
-        obs_space = observation_space(self.pool.observation_space)
+        obs_space = observation_space(self.pool)
         self.num_envs = self.pool.num_envs
         self.single_observation_space = spaces.Dict({
-            "observation": obs_space, "action_mask": spaces.MultiBinary(N_ACTIONS)})
-        self.single_action_space = spaces.Discrete(N_ACTIONS)
+            "observation": obs_space, "action_mask": spaces.MultiBinary(self.pool.n_actions)})
+        self.single_action_space = spaces.Discrete(self.pool.n_actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._slots = SyncSlots(self.pool, obs_space.shape, obs_space.dtype)

@@ -31,10 +31,11 @@ from ..collect.agent import Agent
 from ..collect.collector import Collector
 from ..inference.batcher import Decision, HandoffBatcher
 from ..obs import encoding as enc
+from ..obs import games
 from ..obs.features import derive
 from ..pokeenv.players import BASELINES
 
-OBS_DIM = enc.OBS_DIM
+OBS_DIM = enc.OBS_DIM  # singles; a pool's own: pool.obs_dim, pool.n_actions (doubles: obs/doubles.py)
 N_ACTIONS = enc.N_ACTIONS
 _OUTCOMES = {1.0: "won", -1.0: "lost", 0.0: "tie"}
 
@@ -105,8 +106,10 @@ class _Slots:
     delivers one item at a time, in order."""
 
     def __init__(self, num_battles: int, sides: int, deliver: Callable[[Record], None],
-                 embed: Optional[Callable] = None, reward_fn: Optional[Callable] = None):
+                 embed: Optional[Callable] = None, reward_fn: Optional[Callable] = None,
+                 game: games.Game = games.SINGLES):
         self.sides = sides
+        self.preview, self.n_actions = game.preview, game.n_actions
         self.slots = [_Slot(i) for i in range(num_battles * sides)]
         self.free = deque(range(num_battles))
         self.battle_of: dict[str, int] = {}
@@ -214,7 +217,8 @@ class _Slots:
                 reward = 0.0  # a battle's first step follows no action (as a reset)
             else:
                 reward = live.reward if self.reward_fn is None else float(self.reward_fn(battle))
-            if r.mask[enc.PREVIEW:].any():
+            live.reward = 0.0  # (doubles: a turn's second step has none of its own)
+            if r.mask[self.preview:].any():
                 kind = "preview"
             else:
                 fs = battle.force_switch
@@ -222,7 +226,7 @@ class _Slots:
             slot.last_obs = obs
             return Record(slot.env_id, obs, r.mask, reward, False, False, slot.steps, kind, key[0], key[1],
                           live.opponent, "", False, live.retry and slot.steps > 0)
-        mask = np.zeros(N_ACTIONS, dtype=bool)
+        mask = np.zeros(self.n_actions, dtype=bool)
         mask[0] = True  # whatever is sent for a terminal step is ignored
         live = item.live
         if item.kind == "end":
@@ -350,7 +354,12 @@ class BattlePool:
         self.recv_timeout_s = recv_timeout_s
         self.embed_battle = embed_battle
         self.observation_space = observation_space
-        self.obs_dim = OBS_DIM if embed_battle is None else None
+        self.game = games.of_format(cfg.runner.battle_format)
+        if embed_battle is not None and self.game is games.DOUBLES:
+            raise ValueError("embed_battle sees a battle, not which of its two slots decides: in doubles "
+                             "the pool gives its own observation (maple_async.obs.doubles)")
+        self.n_actions = self.game.n_actions
+        self.obs_dim = self.game.obs_dim if embed_battle is None else None
         self.quiet = quiet
         for_config(cfg)  # an illegal team or format fails here, before any thread starts
 
@@ -362,7 +371,8 @@ class BattlePool:
         self._closed = False
         self._started = False
         self._ready = threading.Event()
-        self._slots = _Slots(num_battles, 2 if self.self_play else 1, self._deliver, embed_battle, reward_fn)
+        self._slots = _Slots(num_battles, 2 if self.self_play else 1, self._deliver, embed_battle, reward_fn,
+                             self.game)
         self._opp = (self.opponent_name, opp_agent)
         self._thread = threading.Thread(target=self._thread_main, name="maple-pool", daemon=True)
         self._thread.start()
@@ -470,7 +480,7 @@ class BattlePool:
                 problems.append(f"env_id {e} is not pending (recv has not returned it, or it was answered)")
             else:
                 mask = self._outstanding[e]
-                if mask is not None and not (0 <= a < N_ACTIONS and mask[a]):
+                if mask is not None and not (0 <= a < self.n_actions and mask[a]):
                     problems.append(f"env_id {e}: action {a} is not legal (legal: {np.flatnonzero(mask).tolist()})")
             seen.add(e)
         if problems:
@@ -524,13 +534,13 @@ class BattlePool:
     def _arrays(self, records: list, timed_out: bool):
         n = len(records)
         if self.embed_battle is None:
-            obs = np.empty((n, OBS_DIM), dtype=np.float32)
+            obs = np.empty((n, self.game.obs_dim), dtype=np.float32)
             for i, r in enumerate(records):
                 obs[i] = r.obs
             derive(obs)
         else:
             obs = np.stack([np.asarray(r.obs) for r in records]) if n else np.zeros((0,), np.float32)
-        mask = np.zeros((n, N_ACTIONS), dtype=bool)
+        mask = np.zeros((n, self.n_actions), dtype=bool)
         for i, r in enumerate(records):
             mask[i] = r.mask
         reward = np.fromiter((r.reward for r in records), np.float32, n)

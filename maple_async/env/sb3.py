@@ -17,15 +17,15 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from .gym import _PADDING_MASK, SyncSlots, observation_space
-from .pool import N_ACTIONS, BattlePool
+from .gym import SyncSlots, observation_space
+from .pool import BattlePool
 
 
 class BattleSB3VecEnv(VecEnv):
     def __init__(self, *args, **kwargs):
         self.pool = BattlePool(*args, **kwargs)
-        space = observation_space(self.pool.observation_space)
-        super().__init__(self.pool.num_envs, space, spaces.Discrete(N_ACTIONS))
+        space = observation_space(self.pool)
+        super().__init__(self.pool.num_envs, space, spaces.Discrete(self.pool.n_actions))
         self._slots = SyncSlots(self.pool, space.shape, space.dtype)
         self._actions = None
         self.is_active = np.zeros(self.num_envs, dtype=bool)
@@ -52,7 +52,7 @@ class BattleSB3VecEnv(VecEnv):
             infos[i]["outcome"] = info["outcome"][i]
             if info["abandoned"][i]:
                 infos[i]["abandoned"] = True
-            self._slots.masks[i] = _PADDING_MASK  # inactive until its next battle
+            self._slots.masks[i] = self._slots.padding  # inactive until its next battle
         return obs, reward, dones, infos
 
     def action_masks(self) -> np.ndarray:

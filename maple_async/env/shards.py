@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .pool import N_ACTIONS, BattlePool
+from ..obs import games
+from .pool import BattlePool
 
 def _worker(conn, args: tuple, kwargs: dict) -> None:
     """A shard: its pool's batches go to the parent as soon as they are gathered (this
@@ -99,6 +100,9 @@ class ShardedPool(BattlePool):
         self.recv_timeout_s = recv_timeout_s
         self.embed_battle = kwargs.get("embed_battle")
         self.observation_space = kwargs.get("observation_space")
+        self.game = games.of_format(battle_format)
+        self.n_actions = self.game.n_actions
+        self.obs_dim = self.game.obs_dim if self.embed_battle is None else None
         self._closed = False
         self._error = None
         self._started = False
@@ -184,7 +188,7 @@ class ShardedPool(BattlePool):
                 timed_out = True
                 break
             parts += self._take(min(remaining, 1.0))
-        obs, rew, term, trunc, info = _concat(parts)
+        obs, rew, term, trunc, info = _concat(parts, self.n_actions)
         if want is not None and len(rew) > want:
             self._carry = [_take(obs, rew, term, trunc, info, slice(want, None))]
             obs, rew, term, trunc, info = _take(obs, rew, term, trunc, info, slice(0, want))
@@ -266,11 +270,11 @@ def _picklable(*objs) -> None:
                                  f"(module-level functions): {e}") from None
 
 
-def _concat(parts: list):
+def _concat(parts: list, n_actions: int):
     if len(parts) == 1:
         return parts[0]
     if not parts:
-        obs = {"observation": np.zeros((0, 0), np.float32), "action_mask": np.zeros((0, N_ACTIONS), bool)}
+        obs = {"observation": np.zeros((0, 0), np.float32), "action_mask": np.zeros((0, n_actions), bool)}
         info = {"env_id": np.zeros(0, np.int32), "elapsed_step": np.zeros(0, np.int32),
                 "action_mask": obs["action_mask"]}
         return obs, np.zeros(0, np.float32), np.zeros(0, bool), np.zeros(0, bool), info
