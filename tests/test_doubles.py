@@ -151,3 +151,27 @@ def test_networks_and_checkpoints_know_their_game(tmp_path):
         games.check_checkpoint(data["layout"], "gen9bssregi", "d.pt")
     with pytest.raises(games.UserError, match="plays singles and gen9vgc2025regi is a doubles format"):
         games.check_checkpoint(games.SINGLES.layout, "gen9vgc2025regi", "s.pt")
+
+
+async def test_a_rejected_doubles_order_undoes_both_steps_of_that_turn_only():
+    from test_agent import ScriptedBatcher
+    from types import SimpleNamespace
+
+    from maple_async.collect.agent import Agent
+    from maple_async.config import BatcherConfig
+
+    pollen_foe1, fakeout_foe2 = dbl.MOVE0 + 5 * 1 + 1, dbl.MOVE0 + 5 * 2 + 2
+    a = Agent(SimpleNamespace(hidden_dim=0, version=0), BatcherConfig(), record=True)
+    a.batcher = ScriptedBatcher([pollen_foe1, fakeout_foe2, 2, 3, pollen_foe1, fakeout_foe2])
+    b = battle()
+    first = await a.choose(b, "self")
+    assert first.message == "/choose move 2 1, move 3 2"
+    b._last_request = {**b.last_request, "rqid": 4}
+    await a.choose(b, "self")  # next turn: both slots switch
+    traj = a.live[a.key(b)].traj
+    assert traj.actions == [pollen_foe1, fakeout_foe2, 2, 3]
+    again = await a.choose(b, "self")  # Showdown refused it and asks again (same rqid)
+    assert a.stats.retries == 1 and again.message == "/choose move 2 1, move 3 2"
+    assert traj.actions == [pollen_foe1, fakeout_foe2, pollen_foe1, fakeout_foe2]
+    assert len(traj.obs) == len(traj.rewards) == 4
+    assert traj.obs[1][dbl.X_FIRST + pollen_foe1] == 1.0 and traj.obs[1][dbl.X_SLOT + 1] == 1.0

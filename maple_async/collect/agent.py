@@ -180,17 +180,7 @@ class Agent:
         mask = np.zeros(enc.N_ACTIONS, dtype=bool)
         obs = enc.encode(battle, side_state=state, mask=mask, moves=moves)
         c1 = time.thread_time() if timed else 0.0
-        key = self.key(battle)
-        live = self.live.get(key) or self._begin(key, opponent)
-        live.last_active = t_start
-        live.battle = battle
-
-        # Being asked again for the same decision point means Showdown rejected our order:
-        # [Invalid choice] (poke-env re-asks with the same request, same rqid) or
-        # [Unavailable choice] when a hidden trapping ability is revealed (Showdown sends
-        # the request again, marked ``update``). Undo that step and decide again without
-        # the rejected action(s), on the refreshed request.
-        retry = self._rewind(battle, key, live)
+        key, live, retry = self._arrive(battle, opponent, t_start)
         for a in live.tried:
             mask[a] = False
         if not enc.any_legal(mask):
@@ -231,12 +221,17 @@ class Agent:
             stats.latencies.append(time.perf_counter() - t_start)
         return order
 
-    def _rewind(self, battle, key, live: _Live) -> bool:
-        """Whether this request asks again for the decision point of the last order: Showdown
+    def _arrive(self, battle, opponent: str, t_start: float) -> tuple:
+        """A request of a battle side: its bookkeeping (begun at its first decision), and
+        whether the request asks again for the decision point of the last order. Showdown
         rejected it with [Invalid choice] (poke-env re-asks with the same request, same
         rqid) or [Unavailable choice] when a hidden trapping ability is revealed (the request
         comes again, marked ``update``). Then the steps and hidden state of that order are
         undone, to decide again without the rejected action(s) on the refreshed request."""
+        key = self.key(battle)
+        live = self.live.get(key) or self._begin(key, opponent)
+        live.last_active = t_start
+        live.battle = battle
         request = battle.last_request or {}
         rqid = request.get("rqid")
         retry = live.retry = live.last_rqid is not None and (rqid == live.last_rqid
@@ -252,7 +247,7 @@ class Agent:
         else:
             live.tried = set()
             live.last_rqid = rqid
-        return retry
+        return key, live, retry
 
     async def _choose_doubles(self, battle, opponent: str, t_start: float):
         """A doubles request: slot 1 decides, then slot 2 seeing slot 1's action, each a
@@ -264,11 +259,8 @@ class Agent:
         state: list = []
         turn = dbl.Turn(battle, side_state=state)
         c1 = time.thread_time() if timed else 0.0
-        key = self.key(battle)
-        live = self.live.get(key) or self._begin(key, opponent)
-        live.last_active = t_start
-        live.battle = battle
-        retry = self._rewind(battle, key, live)
+        key, live, retry = self._arrive(battle, opponent, t_start)
+        live.recorded = 0
         if turn.wait():
             return DefaultBattleOrder()
         if not retry:
@@ -278,6 +270,7 @@ class Agent:
         stats = self.stats
         actions: list = []
         first = -1
+        mark, busy = c1, 0.0  # this decision's own CPU, without what other battles did meanwhile
         for s in (0, 1):
             mask = turn.mask(s, first)
             if s == 0:
@@ -291,7 +284,11 @@ class Agent:
                 action = int(legal[0])
             else:
                 obs = turn.obs(s, first)
+                if timed:
+                    busy += time.thread_time() - mark
                 decision = await self.batcher.decide(key, live.generation, obs, mask)
+                if timed:
+                    mark = time.thread_time()
                 if self.live.get(key) is not live or self.closing:
                     return NO_ORDER
                 action = decision.action
@@ -306,10 +303,10 @@ class Agent:
                 live.tried.add(action)
             actions.append(action)
         stats.decisions += 1
-        if timed:  # (reading the battle counts as encoding; the rest, awaits included, as bookkeeping)
+        if timed:  # (reading the battle counts as encoding, each slot's copy as bookkeeping)
             stats.timed += 1
             stats.encode_s += c1 - c0
-            stats.bookkeeping_s += time.thread_time() - c1
+            stats.bookkeeping_s += busy + time.thread_time() - mark
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return turn.order(actions)

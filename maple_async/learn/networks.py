@@ -18,6 +18,13 @@ from ..obs import encoding as enc
 from ..obs import games
 
 
+def _small(*layers: nn.Linear) -> None:
+    """Near-zero initial scores: the plain head's logits dominate until these learn."""
+    for layer in layers:
+        nn.init.orthogonal_(layer.weight, gain=0.01)
+        nn.init.zeros_(layer.bias)
+
+
 class EntityHead(nn.Module):
     """Action logits scored per entity: switch *i* from own Pokémon block *i*, move *j*
     (and move *j* + tera) from move block *j*, each against the core's context.
@@ -39,10 +46,7 @@ class EntityHead(nn.Module):
         self.move_out = nn.Linear(d, 1)
         self.pick_ctx = nn.Linear(hidden_size, d)
         self.pick_out = nn.Linear(d, 1)
-        for layer in (self.poke_ctx, self.move_ctx, self.poke_out, self.move_out, self.pick_ctx,
-                      self.pick_out):
-            nn.init.orthogonal_(layer.weight, gain=0.01)
-            nn.init.zeros_(layer.bias)
+        _small(self.poke_ctx, self.move_ctx, self.poke_out, self.move_out, self.pick_ctx, self.pick_out)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -66,9 +70,7 @@ class DoublesEntityHead(EntityHead):
         super().__init__(hidden_size, d)
         self.target_ctx = nn.Linear(hidden_size, 4 * d)  # none, foe, ally, self
         self.target_out = nn.Linear(d, 4)
-        for layer in (self.target_ctx, self.target_out):
-            nn.init.orthogonal_(layer.weight, gain=0.01)
-            nn.init.zeros_(layer.bias)
+        _small(self.target_ctx, self.target_out)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]

@@ -330,14 +330,7 @@ def mask_pairs(turn: Turn) -> list[tuple[int, int]]:
 # -- team preview ---------------------------------------------------------------------------
 
 def preview_mask(battle, picks: list, out: Optional[np.ndarray] = None) -> np.ndarray:
-    if out is None:
-        out = np.zeros(N_ACTIONS, dtype=bool)
-    else:
-        out.fill(False)
-    for i in range(min(len(battle.team), 6)):
-        if i not in picks:
-            out[PREVIEW + i] = True
-    return out
+    return enc.preview_mask(battle, picks, out, PREVIEW, N_ACTIONS)
 
 
 def encode_preview(battle, picks: list, n_picks: int, mask: Optional[np.ndarray] = None) -> np.ndarray:

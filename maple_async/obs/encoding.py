@@ -756,15 +756,17 @@ def preview_picks(battle: Battle) -> int:
     return min(request.get("maxChosenTeamSize") or n, n, 6)
 
 
-def preview_mask(battle: Battle, picks: list, out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Legal team preview actions: bring a team slot not picked yet (``PREVIEW + i``)."""
+def preview_mask(battle: Battle, picks: list, out: Optional[np.ndarray] = None,
+                 preview: int = PREVIEW, n_actions: int = N_ACTIONS) -> np.ndarray:
+    """Legal team preview actions: bring a team slot not picked yet (``preview + i``; the
+    doubles numbering passes its own)."""
     if out is None:
-        out = np.zeros(N_ACTIONS, dtype=bool)
+        out = np.zeros(n_actions, dtype=bool)
     else:
         out.fill(False)
     for i in range(min(len(battle.team), 6)):
         if i not in picks:
-            out[PREVIEW + i] = True
+            out[preview + i] = True
     return out
 
 
