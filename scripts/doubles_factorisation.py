@@ -43,9 +43,9 @@ class Counting(Agent):
         return await super().choose(battle, opponent)
 
 
-def forward_ms(n_actions: int, batch: int = 32, reps: int = 200) -> float:
+def forward_ms(n_actions: int, entity_head: bool = True, batch: int = 32, reps: int = 200) -> float:
     torch.set_num_threads(1)
-    net = nets.build("lstm", 128, obs_dim=dbl.OBS_DIM, n_actions=n_actions)
+    net = nets.build("lstm", 128, obs_dim=dbl.OBS_DIM, n_actions=n_actions, entity_head=entity_head)
     x, h = torch.zeros(batch, dbl.OBS_DIM), net.initial_hidden(batch)
     with torch.inference_mode():
         for _ in range(20):
@@ -71,8 +71,9 @@ async def main(args) -> None:
     print(f"legal pairs (a joint head's mask): {q(2)} of {dbl.N_SLOT ** 2} joint actions")
     print(f"mask work per turn: two slot masks {r[:, 3].mean() * 1e6:.0f} us, every legal pair "
           f"{r[:, 4].mean() * 1e6:.0f} us")
-    print(f"lstm forward, batch 32: per-slot head ({dbl.N_ACTIONS} outputs) {forward_ms(dbl.N_ACTIONS):.2f} ms, "
-          f"joint head ({dbl.N_SLOT ** 2 + 6} outputs) {forward_ms(dbl.N_SLOT ** 2 + 6):.2f} ms")
+    print(f"lstm forward, batch 32: per-slot head ({dbl.N_ACTIONS} outputs) {forward_ms(dbl.N_ACTIONS):.2f} ms "
+          f"with the doubles entity head, {forward_ms(dbl.N_ACTIONS, False):.2f} ms without; joint head "
+          f"({dbl.N_SLOT ** 2 + 6} outputs, linear only) {forward_ms(dbl.N_SLOT ** 2 + 6, False):.2f} ms")
 
 
 if __name__ == "__main__":

@@ -389,7 +389,7 @@ class Agent:
             elif live.traj is not None:
                 live.traj.append(obs, mask, action, decision)
             picks.append(action - game.PREVIEW)
-            self.stats.decisions += 1
+        self.stats.decisions += 1  # one request answered, however many picks it took
         self.stats.previews += 1
         return enc.preview_order(battle, picks)
 

@@ -80,12 +80,13 @@ class DoublesEntityHead(EntityHead):
         pe, ea, eb = self.poke(own), self.move(ma), self.move(mb)
         switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
         pick = (pe * self.pick_ctx(y).unsqueeze(-2)).sum(-1) + self.pick_out(pe).squeeze(-1)
-        ctx = self.target_ctx(y).reshape(*lead, 1, 4, -1)  # [.., 1, 4, d]
-        by_target = torch.stack([(ea + eb) * 0.5, ea, eb, ea, ea], dim=-2)  # [.., 4 moves, 5, d]
-        which = [0, 1, 1, 2, 3]
-        score = (by_target * ctx[..., which, :]).sum(-1)
-        score = score + self.target_out(by_target)[..., torch.arange(5), which]
-        move = score.reshape(*lead, 20)
+        ctx = self.target_ctx(y).reshape(*lead, 4, -1)  # none, foe, ally, self: [.., 4, d]
+        # every move block against every context (and the affine out): [.., 4 moves, 4]
+        sa = ea @ ctx.transpose(-1, -2) + self.target_out(ea)
+        sb = eb @ ctx.transpose(-1, -2) + self.target_out(eb)
+        # targets none (both copies' mean), foe 1 (copy a), foe 2 (copy b), ally, self
+        move = torch.stack([(sa[..., 0] + sb[..., 0]) * 0.5, sa[..., 1], sb[..., 1], sa[..., 2], sa[..., 3]],
+                           dim=-1).reshape(*lead, 20)
         return torch.cat([switch, move, move, switch.new_zeros(*lead, 1), pick], dim=-1)
 
 

@@ -125,7 +125,7 @@ class Turn:
     observations, and what their masks and the order need."""
 
     __slots__ = ("battle", "base", "mons", "own_pos", "foe_pos", "actives", "foes", "entries",
-                 "switches", "request", "force", "can_tera", "trapped", "commanding")
+                 "switches", "request", "force", "can_tera", "trapped", "commanding", "_moves")
 
     def __init__(self, battle, side_state: Optional[list] = None):
         if not battle.__dict__.get("_maple_tera_known"):
@@ -195,6 +195,7 @@ class Turn:
         self.can_tera = list(battle.can_tera)
         self.trapped = list(battle.trapped)
         self.switches = [{id(m) for m in battle.available_switches[s]} for s in (0, 1)]
+        self._moves = None
 
     def wait(self) -> bool:
         return bool(self.battle._wait)
@@ -208,11 +209,15 @@ class Turn:
         i = self.own_pos[s]
         if i >= 0:
             w[enc.OWN_TEAM + i * enc.POKE_DIM + enc.P_ACTIVE] = 1.0
+        if self._moves is None:  # both slots' move blocks, read once per turn
+            self._moves = np.zeros((2, 4 * enc.MOVE_DIM), dtype=np.float32)
+            for k in (0, 1):
+                _write_moves(memoryview(self._moves[k]), 0, self.entries[k], self.actives[k])
+        mine, ally = self._moves[s], self._moves[1 - s]
+        out[enc.MOVES:enc.FIELD] = mine
+        out[MOVES_B:ALLY_MOVES] = mine
+        out[ALLY_MOVES:X] = ally
         entries = self.entries[s]
-        mon = self.actives[s]
-        _write_moves(w, enc.MOVES, entries, mon)
-        _write_moves(w, MOVES_B, entries, mon)
-        _write_moves(w, ALLY_MOVES, self.entries[1 - s], self.actives[1 - s])
         for j, e in enumerate(entries):
             t = TARGET_INDEX.get(e.get("target"))
             if t is not None:
@@ -335,8 +340,14 @@ def preview_mask(battle, picks: list, out: Optional[np.ndarray] = None) -> np.nd
 
 def encode_preview(battle, picks: list, n_picks: int, mask: Optional[np.ndarray] = None) -> np.ndarray:
     """One team preview pick: both teams as previewed, picked so far "in battle", the
-    preview flag and the picks left (VGC: 4 of 6; the first two lead)."""
-    out = Turn(battle).base
+    preview flag and the picks left (VGC: 4 of 6; the first two lead). The battle is read
+    once per preview request; each pick copies it."""
+    d = battle.__dict__
+    rqid = (battle.last_request or {}).get("rqid")
+    cached = d.get("_maple_preview")
+    if cached is None or cached[0] != rqid:
+        cached = d["_maple_preview"] = (rqid, Turn(battle).base)
+    out = cached[1].copy()
     for i in range(min(len(battle.team), 6)):
         out[enc.OWN_TEAM + i * enc.POKE_DIM + enc.P_IN_BATTLE] = 1.0 if i in picks else 0.0
     out[_FLAGS + enc.FLAG_PREVIEW] = 1.0

@@ -115,6 +115,10 @@ class ForgetfulBaseline:
         self.n_decisions += 1
         return super().choose_move(battle)
 
+    def teampreview(self, battle):
+        self.n_decisions += 1  # a request answered, as the agent counts its team preview
+        return super().teampreview(battle)
+
     def _battle_finished_callback(self, battle) -> None:
         self.n_finished += 1
         forget_later(self, battle)
