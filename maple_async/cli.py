@@ -71,12 +71,12 @@ def print_config(cfg: config_mod.Config) -> None:
     sys.stdout.flush()
 
 
-def check_teams(cfg: config_mod.Config, quiet: bool = False) -> None:
+def check_teams(cfg: config_mod.Config, quiet: bool = False, eval_pool: bool = False) -> None:
     """The format's rules and every team, validated by Showdown before anything starts
-    (``quiet``: stdout is JSON, say nothing); ``train.eval_teams`` too."""
+    (``quiet``: stdout is JSON, say nothing); with ``eval_pool`` (train) ``train.eval_teams`` too."""
     from .teams import for_config
     for_config(cfg, quiet=quiet)
-    if cfg.train.eval_teams and cfg.train.eval_battles:
+    if eval_pool and cfg.train.eval_teams and cfg.train.eval_battles:
         for_config(_eval_pool_config(cfg), quiet=quiet)
 
 
@@ -252,7 +252,7 @@ def cmd_train(args) -> int:
     if resume == "latest":
         resume = str(Path(cfg.train.run_dir) / "latest.pt")
     print_config(cfg)
-    check_teams(cfg)
+    check_teams(cfg, eval_pool=True)
     return run_async(_train(cfg, resume))
 
 

@@ -9,6 +9,7 @@ any other gets the normal login and spaced messages) and print one line per fini
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -133,11 +134,26 @@ async def ladder(session: Session, n_battles: int, timeout_s: float = 300.0) -> 
         print(battle_line("ladder", b, player.results), flush=True)
 
     player.on_finished = finished
+    refused: list = []  # the server's popup when the format has no ladder there
+
+    def popups(record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "Popup message received" in text and "ladderable" in text:
+            refused.append(text.split("|popup|")[-1].strip())
+        return True
+
+    player.logger.addFilter(popups)
 
     async def body():
         print(f"[ladder] logged in as {player.username} on {session.url}: searching {n_battles} "
               f"rated {player.format} battles", flush=True)
-        await player.ladder(n_battles)
+        search = asyncio.ensure_future(player.ladder(n_battles))
+        while not search.done():
+            if refused:
+                search.cancel()
+                raise UserError(f"{session.url} refused the search: {refused[0]}")
+            await asyncio.wait([search], timeout=0.2)
+        await search
         # The server posts the new rating after the battle ends; wait for the last one's.
         deadline = asyncio.get_running_loop().time() + RATING_WAIT_S
         while battles and not rating_lines(battles[-1], player.username):
