@@ -58,15 +58,14 @@ class Match:
             labels = tuple("self" if isinstance(other, Agent) else other for other in (opponent, me))
         tag = run_id()
         fast = battle_options or {}
-        sheets = fast.get("open_team_sheets", False)  # every player of the match alike
+        sheets = fast.get("open_team_sheets", False)  # the baselines accept them as our players do
         builders = teams.builders(zlib.crc32(account.encode())) if teams is not None else (None, None)
 
         def player(side: Side, label: str, suffix: str, team):
             name = f"{account}{tag}{suffix}"
             if isinstance(side, Agent):
                 return PolicyPlayer(side, label, **fast,
-                                    **player_kwargs(url, name, concurrency, battle_format, team,
-                                                    open_team_sheets=sheets))
+                                    **player_kwargs(url, name, concurrency, battle_format, team))
             if isinstance(side, Teacher):
                 return make_teacher(side.name, side.agent, label, url, name, concurrency, battle_format, team)
             return make_baseline(side, url, name, concurrency, battle_format, team, sheets)

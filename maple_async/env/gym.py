@@ -15,15 +15,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .pool import BattlePool
-
-
-
-def padding_mask(n_actions: int) -> np.ndarray:
-    """An inactive slot's mask: one legal action, ignored."""
-    mask = np.zeros(n_actions, dtype=bool)
-    mask[0] = True
-    return mask
+from .pool import BattlePool, padding_mask
 
 
 class SyncSlots:

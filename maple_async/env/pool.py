@@ -40,6 +40,14 @@ N_ACTIONS = enc.N_ACTIONS
 _OUTCOMES = {1.0: "won", -1.0: "lost", 0.0: "tie"}
 
 
+def padding_mask(n_actions: int) -> np.ndarray:
+    """The mask of a step whose action is ignored (a terminal step, an inactive slot): one
+    legal action."""
+    mask = np.zeros(n_actions, dtype=bool)
+    mask[0] = True
+    return mask
+
+
 class _CallerPolicy:
     """The pool agent's policy: the caller, so no state and no forward pass here."""
 
@@ -226,8 +234,7 @@ class _Slots:
             slot.last_obs = obs
             return Record(slot.env_id, obs, r.mask, reward, False, False, slot.steps, kind, key[0], key[1],
                           live.opponent, "", False, live.retry and slot.steps > 0)
-        mask = np.zeros(self.n_actions, dtype=bool)
-        mask[0] = True  # whatever is sent for a terminal step is ignored
+        mask = padding_mask(self.n_actions)  # whatever is sent for a terminal step is ignored
         live = item.live
         if item.kind == "end":
             reward = item.reward if self.reward_fn is None else float(self.reward_fn(live.battle))

@@ -94,9 +94,8 @@ def policy_from_checkpoint(path: str, device, greedy: bool = False, battle_forma
     checkpoint of the other game type (singles, doubles) is refused."""
     from ..config import from_saved
     from ..learn import checkpoint as ckpt
-    data = ckpt.load(path)
+    data = ckpt.load(path, battle_format)
     cfg = from_saved(data["config"])
-    games.check_checkpoint(data.get("layout"), battle_format or cfg.runner.battle_format, path)
     net = from_config(cfg.network, games.of_format(cfg.runner.battle_format))
     ckpt.load_weights(net, data["learner"]["network"], path)
     return InferencePolicy(net, device, greedy=greedy), cfg

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -26,11 +26,15 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint is missing, unreadable or does not fit the network."""
 
 
+def _battle_format(payload: dict) -> str:
+    """The format of the run a checkpoint comes from (its saved config)."""
+    return ((payload.get("config") or {}).get("runner") or {}).get("battle_format", "")
+
+
 def save(path: str | Path, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fmt = ((payload.get("config") or {}).get("runner") or {}).get("battle_format", "")
-    payload = {"format": FORMAT, "layout": games.of_format(fmt).layout, **payload}
+    payload = {"format": FORMAT, "layout": games.of_format(_battle_format(payload)).layout, **payload}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -44,7 +48,9 @@ def save(path: str | Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path, battle_format: Optional[str] = None) -> dict[str, Any]:
+    """A checkpoint's contents. Its layout must be the one ``battle_format`` (default: its
+    own config's) is played with: one of the other game type is refused with one line."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -59,6 +65,7 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} was trained on another observation layout "
                               f"({data.get('layout') or 'maple-obs/1, 26 actions'}; this version: "
                               f"{games.SINGLES.layout} or {games.DOUBLES.layout}): train a new one")
+    games.check_checkpoint(data["layout"], battle_format or _battle_format(data), str(path))
     return data
 
 

@@ -125,7 +125,7 @@ class Turn:
     observations, and what their masks and the order need."""
 
     __slots__ = ("battle", "base", "mons", "own_pos", "foe_pos", "actives", "foes", "entries",
-                 "switches", "request", "force", "can_tera", "trapped", "commanding", "_moves")
+                 "switches", "force", "can_tera", "trapped", "commanding", "_moves")
 
     def __init__(self, battle, side_state: Optional[list] = None):
         if not battle.__dict__.get("_maple_tera_known"):
@@ -133,7 +133,7 @@ class Turn:
         self.battle = battle
         out = self.base = np.zeros(OBS_DIM, dtype=np.float32)
         w = memoryview(out)
-        request = self.request = battle.last_request or {}
+        request = battle.last_request or {}
         mons = self.mons = list(battle.team.values())
         opp, n_seen = enc.opponent_slots(battle)
         benched = enc.left_home(battle)
@@ -143,15 +143,7 @@ class Turn:
         opp_index = {id(m): i for i, m in enumerate(opp[:6])}
         self.own_pos = [index.get(id(m), -1) if m is not None else -1 for m in actives]
         self.foe_pos = [opp_index.get(id(m), -1) if m is not None else -1 for m in foes]
-        sums = [0.0, 0, 0.0, 0]
-        for s, (offset, side) in enumerate(((enc.OWN_TEAM, mons), (enc.OPP_TEAM, opp))):
-            for i, mon in enumerate(side[:6]):
-                away = id(mon) in benched if s == 0 else i >= n_seen
-                fainted, hp = enc._encode_mon(w, offset + i * enc.POKE_DIM, mon, enc._MON_SLOTS(mon),
-                                              False, away)
-                if not away:
-                    sums[2 * s] += hp
-                    sums[2 * s + 1] += fainted
+        _, sums = enc.write_teams(w, mons, opp, n_seen, benched, mark_active=False)
         target = self.foe_pos[0] if self.foe_pos[0] >= 0 else self.foe_pos[1]
         if target >= 0:
             w[enc.OPP_TEAM + target * enc.POKE_DIM + enc.P_ACTIVE] = 1.0
@@ -159,14 +151,7 @@ class Turn:
         opp_size = enc.opponent_team_size(battle)
         if side_state is not None:
             side_state[:] = (sums[0], sums[1], sums[2] + max(opp_size - n_seen, 0), sums[3])
-        for weather in battle.weather:
-            w[enc.FIELD + enc.F_WEATHER + enc._WEATHER_BY_ID[id(weather)]] = 1.0
-        for f in battle.fields:
-            w[enc.FIELD + enc.F_FIELDS + enc._FIELD_BY_ID[id(f)]] = 1.0
-        for c in battle.side_conditions:
-            w[enc.FIELD + enc.F_SIDE + enc._SIDE_BY_ID[id(c)]] = 1.0
-        for c in battle.opponent_side_conditions:
-            w[enc.FIELD + enc.F_OPP_SIDE + enc._SIDE_BY_ID[id(c)]] = 1.0
+        enc.write_field(battle, w)
         w[_FLAGS + 1] = float(battle.opponent_used_tera)
         w[_FLAGS + 4] = battle.turn / 50.0
         w[_FLAGS + 5] = (min(n_team, 6) - sums[1]) / 6.0

@@ -476,11 +476,19 @@ def _read_teams(battle: Battle, w) -> tuple:
     mons = list(battle.team.values())
     opp_mons, n_seen = opponent_slots(battle)
     benched = left_home(battle)
+    ai, sums = write_teams(w, mons, opp_mons, n_seen, benched)
+    return mons, ai, sums, len(mons) - len(benched), n_seen
+
+
+def write_teams(w, mons: list, opp_mons: list, n_seen: int, benched, mark_active: bool = True) -> tuple:
+    """Both team blocks, every Pokémon read; returns the own active index and the side
+    sums [own HP, own fainted, opp HP, opp fainted] over the Pokémon in battle.
+    ``mark_active``: set each side's active flag (doubles sets its own, per slot)."""
     sums = [0.0, 0, 0.0, 0]
     ai = -1
     for s, (offset, side_mons) in enumerate(((OWN_TEAM, mons), (OPP_TEAM, opp_mons))):
         raws = list(map(_MON_SLOTS, side_mons))
-        act = _active_index(raws)
+        act = _active_index(raws) if mark_active else -1
         if s == 0:
             ai = act
         for i in range(min(len(side_mons), 6)):
@@ -489,7 +497,19 @@ def _read_teams(battle: Battle, w) -> tuple:
             if not away:
                 sums[2 * s] += hp
                 sums[2 * s + 1] += fainted
-    return mons, ai, sums, len(mons) - len(benched), n_seen
+    return ai, sums
+
+
+def write_field(battle, w) -> None:
+    """Weather, fields and both sides' conditions into the field block."""
+    for weather in battle.weather:
+        w[FIELD + F_WEATHER + _WEATHER_BY_ID[id(weather)]] = 1.0
+    for f in battle.fields:
+        w[FIELD + F_FIELDS + _FIELD_BY_ID[id(f)]] = 1.0
+    for c in battle.side_conditions:
+        w[FIELD + F_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
+    for c in battle.opponent_side_conditions:
+        w[FIELD + F_OPP_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
 
 
 def _cached_teams(battle: Battle, changes: set) -> tuple:
@@ -588,14 +608,7 @@ def encode(battle: Battle, out: np.ndarray | None = None,
                 max_pp = move.max_pp  # transformed moves have at most 5 PP
             w[base + M_PP] = pp / max_pp if max_pp else 0.0
 
-    for weather in battle.weather:
-        w[FIELD + F_WEATHER + _WEATHER_BY_ID[id(weather)]] = 1.0
-    for f in battle.fields:
-        w[FIELD + F_FIELDS + _FIELD_BY_ID[id(f)]] = 1.0
-    for c in battle.side_conditions:
-        w[FIELD + F_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
-    for c in battle.opponent_side_conditions:
-        w[FIELD + F_OPP_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
+    write_field(battle, w)
     flags = FIELD + F_FLAGS
     force_switch = battle.force_switch
     out[flags:flags + N_FLAGS] = (

@@ -61,8 +61,7 @@ class PolicyPlayer(FastBattles, Player):
     def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
                  track_changes: bool = True, coalesce: bool = True, fair: bool = True,
                  open_team_sheets: bool = False, **kwargs):
-        # (open_team_sheets is fast_kwargs' copy of what player_kwargs passes to poke-env)
-        super().__init__(**kwargs)
+        super().__init__(**{**kwargs, "accept_open_team_sheet": open_team_sheets})
         self.fast_battles = fast_battles
         self.track_changes = track_changes
         quiet_logger(self)

@@ -21,7 +21,6 @@ import numpy as np
 from ..config import Config, parse_opponent_mix
 from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
-from ..obs import games
 from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
@@ -66,8 +65,7 @@ class LearningLoop:
 
     # -- checkpoints -----------------------------------------------------------------------
     def _resume(self, path: str) -> None:
-        data = ckpt.load(path)
-        games.check_checkpoint(data.get("layout"), self.cfg.runner.battle_format, path)
+        data = ckpt.load(path, self.cfg.runner.battle_format)
         if "optimizer" not in data["learner"]:
             raise ckpt.CheckpointError(f"{path} is a weights-only snapshot (no optimiser or league): "
                                        f"start a new run from its weights with --train.init {path}")
@@ -85,8 +83,7 @@ class LearningLoop:
         """Weights from ``path`` (a pretrain or training checkpoint); counters, optimiser and
         league start fresh. The teacher it was cloned from is recorded (``train.teacher``)."""
         from ..config import from_saved
-        data = ckpt.load(path)
-        games.check_checkpoint(data.get("layout"), self.cfg.runner.battle_format, path)
+        data = ckpt.load(path, self.cfg.runner.battle_format)
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         teacher = data.get("pretrain", {}).get("teacher") or from_saved(data["config"]).train.teacher
         self.cfg.train.teacher = teacher

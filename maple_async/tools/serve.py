@@ -63,8 +63,7 @@ def open_session(cfg, policy, url: str, creds: Credentials, concurrency: int, te
     team = teams.builders(0)[0] if teams is not None else None
     player = ServePlayer(agent, "", **fast,
                          **player_kwargs(url, creds.username, concurrency, cfg.runner.battle_format, team,
-                                         password=creds.password, login_url=login_url if remote else None,
-                                         open_team_sheets=cfg.runner.open_team_sheets))
+                                         password=creds.password, login_url=login_url if remote else None))
     if remote:
         throttle_sends(player.ps_client)
     if replays:
