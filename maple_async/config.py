@@ -41,6 +41,9 @@ class ServerConfig:
     home: Optional[str] = key(None, "where Showdown is installed (unset: $MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
     start_timeout_s: float = key(180.0, "seconds a managed server may take to start", gt=0)
     # One simulator works in waves and leaves cores idle (docs/benchmarks.md).
+    transport: str = key("websocket", "how battles reach Showdown: websocket (a server: rooms, logins, "
+                                      "challenges) or simulator (Showdown's sim package in pipes: no "
+                                      "server, seeded battles)", choices=("websocket", "simulator"))
     simulators: int = key(0, "simulator processes of a managed server (0: one per core of this "
                              "shard's share of the machine, at most 8)", ge=0)
 
@@ -292,6 +295,9 @@ def validate(cfg: Config) -> Config:
             f"config key 'server.host' must be a loopback address for a managed server "
             f"(it runs with --no-security), got {cfg.server.host!r}"
         )
+    if cfg.server.url is not None and cfg.server.transport == "simulator":
+        raise ConfigError("config key 'server.url' names a server, but server.transport is simulator "
+                          "(battles in Showdown's own processes, no server): drop one of them")
     check_battle_format(cfg.runner.battle_format)
     parse_opponent_mix(cfg.train.opponents)
     parse_eval_opponents(cfg.train.eval_opponents)

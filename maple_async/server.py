@@ -363,12 +363,14 @@ def _kill_group(pgid: int, timeout: float) -> None:
 
 # -- detached servers for `maple-async server start|stop|status` -------------------------
 
-def group_cpu_s(pgid: Optional[int]) -> Optional[float]:
+def group_cpu_s(pgid) -> Optional[float]:
     """CPU seconds (user + system) used so far by the live processes of process group
-    ``pgid``: a managed server's node processes (the server and its simulator workers run
-    in the group its start made). None where that can't be read (no ``/proc``, no group)."""
+    ``pgid`` (or of a list of groups): a managed server's node processes (the server and its
+    simulator workers run in the group its start made), or the simulator transport's
+    processes. None where that can't be read (no ``/proc``, no group)."""
     if not pgid:
         return None
+    groups = {pgid} if isinstance(pgid, int) else set(pgid)
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     total, seen = 0, False
     try:
@@ -385,7 +387,7 @@ def group_cpu_s(pgid: Optional[int]) -> Optional[float]:
             continue
         # after the command name (in parentheses, may hold spaces): state, ppid, pgrp, ...
         fields = stat[stat.rindex(b")") + 2:].split()
-        if int(fields[2]) == pgid:
+        if int(fields[2]) in groups:
             total += int(fields[11]) + int(fields[12])  # utime, stime
             seen = True
     return total / tick if seen else None
@@ -460,10 +462,17 @@ class ServerHandle:
 
 
 @contextlib.asynccontextmanager
-async def server_for(server_cfg, quiet: bool = False):
+async def server_for(server_cfg, quiet: bool = False, runner=None):
     """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one
     with ``server.simulators`` (0: resolved for this process alone; shards get a count
-    resolved for the whole machine in their config)."""
+    resolved for the whole machine in their config). With ``server.transport: simulator``,
+    :class:`~maple_async.simulator.Simulators` instead (seeded from ``runner.seed``)."""
+    if getattr(server_cfg, "transport", "websocket") == "simulator":
+        from .simulator import simulators_for
+        async with simulators_for(server_cfg, runner.battle_timeout_s if runner else 300.0,
+                                  runner.seed if runner else None, quiet) as sims:
+            yield sims
+        return
     if server_cfg.url:
         await wait_reachable(server_cfg.url, timeout=10.0)
         yield ServerHandle(http_url(server_cfg.url))

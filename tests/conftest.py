@@ -44,3 +44,20 @@ def restore_gc():
     yield
     gc.unfreeze()
     gc.set_threshold(*threshold)
+
+
+@pytest.fixture(params=["websocket", "simulator"])
+async def venue(request, showdown_url):
+    """Where a test's battles run, once per transport: the session's server URL, or
+    simulator processes started for this test (seeded, so its battles repeat)."""
+    if request.param == "websocket":
+        yield showdown_url
+        return
+    from maple_async.simulator import Simulators
+    sims = await Simulators(2, seed=7).start()
+    pids = list(sims.pgids)
+    try:
+        yield sims
+    finally:
+        await sims.close()
+        assert not any(os.path.exists(f"/proc/{p}") for p in pids), "simulator processes survived close()"

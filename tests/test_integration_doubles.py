@@ -92,12 +92,12 @@ def _agent(**kw):
                                                            n_actions=dbl.N_ACTIONS)), BatcherConfig(), **kw)
 
 
-async def test_64_concurrent_random_doubles_battles_without_an_invalid_choice(showdown_url):
+async def test_64_concurrent_random_doubles_battles_without_an_invalid_choice(venue):
     agent = _agent(record=True)
     trajectories = []
     agent.on_trajectory = trajectories.append
     try:
-        res = await play(agent, showdown_url, 64, concurrency=64, battle_format="gen9randomdoublesbattle")
+        res = await play(agent, venue, 64, concurrency=64, battle_format="gen9randomdoublesbattle")
     finally:
         await agent.batcher.close()
     assert res.battles == 64 and res.wins + res.losses + res.ties == 64
@@ -118,7 +118,7 @@ async def test_64_concurrent_random_doubles_battles_without_an_invalid_choice(sh
 
 
 @pytest.mark.parametrize("sheets", [True, False])
-async def test_vgc_battles_with_a_learned_preview_and_open_team_sheets(showdown_url, sheets):
+async def test_vgc_battles_with_a_learned_preview_and_open_team_sheets(venue, sheets):
     teams = T.prepare(_runner("gen9vgc2025regi", "config/teams/vgc"))
     orders = []
 
@@ -133,7 +133,7 @@ async def test_vgc_battles_with_a_learned_preview_and_open_team_sheets(showdown_
     agent.on_trajectory = trajectories.append
     n = 32 if sheets else 8
     try:
-        res = await play(agent, showdown_url, n, concurrency=16, opponent="heuristics" if not sheets else "self",
+        res = await play(agent, venue, n, concurrency=16, opponent="heuristics" if not sheets else "self",
                          battle_format="gen9vgc2025regi", teams=teams,
                          battle_options={"open_team_sheets": sheets})
     finally:

@@ -57,13 +57,13 @@ def _listening_addresses(port: int) -> set:
     return out
 
 
-async def test_concurrent_lstm_self_play(showdown_url):
+async def test_concurrent_lstm_self_play(venue):
     policy = InferencePolicy(nets.build("lstm", hidden_size=64))
     trajectories = []
     agent = CheckingAgent(policy, BatcherConfig(max_wait_ms=2.0), record=True,
                           on_trajectory=trajectories.append)
     n = 40
-    res = await play(agent, showdown_url, n, opponent="self", concurrency=32)
+    res = await play(agent, venue, n, opponent="self", concurrency=32)
     await agent.batcher.close()
 
     assert res.battles == n
@@ -87,10 +87,10 @@ async def test_concurrent_lstm_self_play(showdown_url):
         assert arr["rewards"][-1] == pytest.approx(t.outcome)
 
 
-async def test_against_baseline_counts_wins(showdown_url):
+async def test_against_baseline_counts_wins(venue):
     policy = InferencePolicy(nets.build("mlp", hidden_size=32))
     agent = Agent(policy, BatcherConfig())
-    res = await play(agent, showdown_url, 8, opponent="random", concurrency=8)
+    res = await play(agent, venue, 8, opponent="random", concurrency=8)
     await agent.batcher.close()
     assert res.battles == 8 and res.wins + res.losses + res.ties == 8
     assert agent.stats.battles == 8 and agent.stats.invalid_choices == 0
@@ -98,7 +98,7 @@ async def test_against_baseline_counts_wins(showdown_url):
 
 @pytest.mark.parametrize("options", [{}, {"track_changes": False}, {"fast_battles": False}],
                          ids=["from changes", "incremental off", "stock battles"])
-async def test_live_encodings_equal_a_full_read(showdown_url, monkeypatch, options):
+async def test_live_encodings_equal_a_full_read(venue, monkeypatch, options):
     """At every live decision the runner's encoding (from the battle's changes, when it
     tracks them) must be byte-equal to reading everything; the options reach the battles."""
     from maple_async.pokeenv.fastbattle import FastBattle
@@ -116,7 +116,7 @@ async def test_live_encodings_equal_a_full_read(showdown_url, monkeypatch, optio
     monkeypatch.setattr(enc, "encode", checking)
     policy = InferencePolicy(nets.build("mlp", hidden_size=32))
     agent = Agent(policy, BatcherConfig())
-    res = await play(agent, showdown_url, 8, opponent="self", concurrency=8,
+    res = await play(agent, venue, 8, opponent="self", concurrency=8,
                      battle_options=options)
     await agent.batcher.close()
     assert res.battles == 8 and seen["decisions"] > 100

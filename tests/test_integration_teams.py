@@ -95,7 +95,7 @@ def test_team_problems_stop_the_run_with_one_line(tmp_path, case):
     assert "[train]" not in p.stdout  # stopped before any battle
 
 
-async def test_concurrent_bss_battles_with_a_learned_team_preview(showdown_url):
+async def test_concurrent_bss_battles_with_a_learned_team_preview(venue):
     teams = T.prepare(_runner("gen9bssregi", "config/teams/bss"))
     orders = []
 
@@ -109,7 +109,7 @@ async def test_concurrent_bss_battles_with_a_learned_team_preview(showdown_url):
     trajectories = []
     agent.on_trajectory = trajectories.append
     try:
-        res = await play(agent, showdown_url, 32, concurrency=16, battle_format="gen9bssregi", teams=teams)
+        res = await play(agent, venue, 32, concurrency=16, battle_format="gen9bssregi", teams=teams)
     finally:
         await agent.batcher.close()
     assert res.battles == 32 and res.wins + res.losses + res.ties == 32
@@ -124,7 +124,7 @@ async def test_concurrent_bss_battles_with_a_learned_team_preview(showdown_url):
     assert len(agent.hidden) == 0 and not agent.live
 
 
-async def test_ou_orders_the_whole_team(showdown_url):
+async def test_ou_orders_the_whole_team(venue):
     teams = T.prepare(_runner("gen9ou", "config/teams/ou"))
     orders = []
 
@@ -135,7 +135,7 @@ async def test_ou_orders_the_whole_team(showdown_url):
 
     agent = Agent(InferencePolicy(nets.build("lstm", hidden_size=32)), BatcherConfig())
     try:
-        res = await play(agent, showdown_url, 6, concurrency=6, opponent="heuristics",
+        res = await play(agent, venue, 6, concurrency=6, opponent="heuristics",
                          battle_format="gen9ou", teams=teams)
     finally:
         await agent.batcher.close()

@@ -109,10 +109,10 @@ class InvalidFirstAgent(Agent):
         return order
 
 
-async def test_invalid_choice_is_redecided_never_loops(showdown_url):
+async def test_invalid_choice_is_redecided_never_loops(venue):
     agent = InvalidFirstAgent(InferencePolicy(nets.build("mlp", hidden_size=16)), BatcherConfig(),
                               record=True, on_trajectory=lambda t: None)
-    res = await asyncio.wait_for(play(agent, showdown_url, 6, opponent="random", concurrency=6), 240)
+    res = await asyncio.wait_for(play(agent, venue, 6, opponent="random", concurrency=6), 240)
     await agent.batcher.close()
     assert res.battles == 6
     assert agent.stats.invalid_choices >= len(agent.sabotaged) > 0

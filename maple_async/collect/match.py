@@ -36,7 +36,9 @@ Side = Union[Agent, Teacher, str]  # an agent, a recorded baseline, or a baselin
 
 
 class Match:
-    """``me`` against ``opponent`` on ``url``, ``concurrency`` battles in flight.
+    """``me`` against ``opponent`` on ``url``, ``concurrency`` battles in flight. ``url``: a
+    Showdown server's URL, or :class:`~maple_async.simulator.Simulators` (the simulator
+    transport; ``account`` then also keys the battles' seeds).
 
     ``labels``: what each side's trajectories and statistics call the other (default: the
     baseline's name, or ``self`` when both sides are the same agent).
@@ -61,14 +63,22 @@ class Match:
         sheets = fast.get("open_team_sheets", False)  # the baselines accept them as our players do
         builders = teams.builders(zlib.crc32(account.encode())) if teams is not None else (None, None)
 
+        # A URL, or the simulator transport's processes (battles started here, no challenges).
+        self.sims = None if isinstance(url, str) else url
+        self.account = account
+
         def player(side: Side, label: str, suffix: str, team):
             name = f"{account}{tag}{suffix}"
             if isinstance(side, Agent):
-                return PolicyPlayer(side, label, **fast,
-                                    **player_kwargs(url, name, concurrency, battle_format, team))
-            if isinstance(side, Teacher):
-                return make_teacher(side.name, side.agent, label, url, name, concurrency, battle_format, team)
-            return make_baseline(side, url, name, concurrency, battle_format, team, sheets)
+                p = PolicyPlayer(side, label, **fast,
+                                 **player_kwargs(url, name, concurrency, battle_format, team))
+            elif isinstance(side, Teacher):
+                p = make_teacher(side.name, side.agent, label, url, name, concurrency, battle_format, team)
+            else:
+                p = make_baseline(side, url, name, concurrency, battle_format, team, sheets)
+            if self.sims is not None:
+                self.sims.attach(p)
+            return p
 
         self.me = player(me, labels[0], "a", builders[0])
         self.opponent = player(opponent, labels[1], "b", builders[1])
@@ -90,8 +100,11 @@ class Match:
     def start(self, n_battles: int) -> asyncio.Task:
         """Start the batchers, the watchdog and ``n_battles`` battles; returns their task."""
         self._watchdog = start_agents(self.agents, self.players, self.battle_timeout_s)
-        self.task = asyncio.get_running_loop().create_task(
-            self.me.battle_against(self.opponent, n_battles=n_battles), name="maple-match")
+        if self.sims is not None:
+            battles = self.sims.play(self.me, self.opponent, n_battles, self.concurrency, self.account)
+        else:
+            battles = self.me.battle_against(self.opponent, n_battles=n_battles)
+        self.task = asyncio.get_running_loop().create_task(battles, name="maple-match")
         return self.task
 
     async def play(self, n_battles: int) -> float:

@@ -408,7 +408,7 @@ class BattlePool:
         self._start = asyncio.Event()
         self._stop = asyncio.Event()
         cfg = self.cfg
-        async with server_for(cfg.server, quiet=self.quiet) as server:
+        async with server_for(cfg.server, quiet=self.quiet, runner=cfg.runner) as server:
             self.server = server
             self.agent = Agent(_CallerPolicy(), cfg.batcher, reward_cfg=cfg.reward, listener=self._slots,
                                batcher_cls=HandoffBatcher, name="pool",

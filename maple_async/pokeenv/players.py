@@ -209,10 +209,14 @@ def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: s
     ``password`` and ``login_url``: a registered account on a server with normal login.
     ``open_team_sheets``: accept them (VGC; poke-env rejects them otherwise)."""
     from ..server import websocket_url
+    # Not a URL: the simulator transport, which gives the player its client after this.
+    remote = isinstance(server_url, str)
     return dict(
         team=team,
         account_configuration=AccountConfiguration(name[:18], password),
-        server_configuration=ServerConfiguration(websocket_url(server_url), login_url),
+        server_configuration=ServerConfiguration(
+            websocket_url(server_url) if remote else "ws://127.0.0.1:0/simulator", login_url),
+        start_listening=remote,
         battle_format=battle_format,
         max_concurrent_battles=concurrency,
         accept_open_team_sheet=open_team_sheets,

@@ -165,7 +165,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             else:
                 col.apply(msg)
 
-    async with server_for(cfg.server, quiet=True) as server:
+    async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
         def stats() -> dict:
             a = col.agent
             c = _counters(a)
@@ -483,6 +483,40 @@ class _ShardActor:
         return True
 
 
+def init_local_ray(ray) -> None:
+    """Start a new single-machine Ray whose processes listen on loopback only.
+
+    Ray binds its servers (GCS, raylet, object manager, core workers, agents) to its *node IP*,
+    and on Linux ``ray.init()`` takes the machine's network address for it: even
+    ``_node_ip_address="127.0.0.1"`` is rewritten to that address
+    (``services.resolve_ip_for_localhost``). Only with ``ENABLE_RAY_CLUSTER`` off (the
+    macOS/Windows default, env ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) does Ray use the
+    loopback address as the node IP. That constant is read when ``ray`` is imported, so it is
+    switched off here for the start-up (and the variable set for the processes Ray spawns),
+    then both are restored. ``address="local"``: always a new Ray of our own, never one named
+    by ``RAY_ADDRESS`` or started by ``ray start`` (join one with ``train.ray_address``)."""
+    from ray._private import ray_constants
+    var = getattr(ray_constants, "ENABLE_RAY_CLUSTERS_ENV_VAR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    old_env, old_flag = os.environ.get(var), getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[var] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    finally:
+        if old_env is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old_env
+        if old_flag is None:
+            del ray_constants.ENABLE_RAY_CLUSTER
+        else:
+            ray_constants.ENABLE_RAY_CLUSTER = old_flag
+    ip = ray.util.get_node_ip_address()
+    if ip not in ("127.0.0.1", "::1"):
+        print(f"[train] warning: the local Ray took node address {ip}, not loopback: "
+              "its servers may be reachable from the network", flush=True)
+
+
 class RayTransport(ProcessTransport):
     """``--train.backend ray``: shards are Ray actors; weights travel through the object store.
     A shard's ``inbox`` is the reference of its actor's ``run()``: done means the actor ended."""
@@ -501,8 +535,11 @@ class RayTransport(ProcessTransport):
 
     async def start(self, msg: dict) -> None:
         if not self.ray.is_initialized():
-            self.ray.init(address=self.cfg.train.ray_address, include_dashboard=False, log_to_driver=False,
-                          ignore_reinit_error=True)
+            if self.cfg.train.ray_address:
+                self.ray.init(address=self.cfg.train.ray_address, include_dashboard=False,
+                              log_to_driver=False, ignore_reinit_error=True)
+            else:
+                init_local_ray(self.ray)
             self._started_ray = True
         await super().start(msg)
 

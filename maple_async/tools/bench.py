@@ -148,13 +148,16 @@ def throttled(pgid: Optional[int], fraction: float, period_s: float = 0.02):
         return
     done = threading.Event()
 
+    def signal_all(sig):
+        for g in ([pgid] if isinstance(pgid, int) else list(pgid)):  # (the simulator transport's: a list)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(g, sig)
+
     def cycle():
         while not done.is_set():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGSTOP)
+            signal_all(signal.SIGSTOP)
             done.wait(fraction * period_s)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGCONT)
+            signal_all(signal.SIGCONT)
             done.wait((1 - fraction) * period_s)
 
     thread = threading.Thread(target=cycle, name="maple-throttle", daemon=True)
@@ -164,8 +167,7 @@ def throttled(pgid: Optional[int], fraction: float, period_s: float = 0.02):
     finally:
         done.set()
         thread.join()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGCONT)
+        signal_all(signal.SIGCONT)
 
 
 def _server_cpu(pgid: Optional[int]) -> float:
@@ -391,7 +393,8 @@ def parse_sweep(spec: str) -> list[dict]:
     aliases = {"concurrency": "runner.concurrency", "max_wait_ms": "batcher.max_wait_ms",
                "wait_per_side_ms": "batcher.wait_per_side_ms",
                "max_batch_size": "batcher.max_batch_size", "network": "network.kind",
-               "quiet_gaps": "batcher.quiet_gaps", "simulators": "server.simulators"}
+               "quiet_gaps": "batcher.quiet_gaps", "simulators": "server.simulators",
+               "transport": "server.transport"}
     axes = []
     for part in spec.split():
         name, _, values = part.partition("=")
@@ -573,7 +576,7 @@ def _shard_main(shard: int, cfg_dict: dict, seconds: float, warmup_s: float, bar
 
 async def _shard_phases(cfg, device, seconds: float, warmup_s: float, barrier) -> dict:
     from ..server import server_for
-    async with server_for(cfg.server, quiet=True) as server:
+    async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
         pgid = server.managed.pid if server.managed is not None else None
         await asyncio.to_thread(barrier.wait)  # every shard's server is up
         ceiling = await measure_ceiling(server.url, cfg.runner.concurrency, seconds, warmup_s,

@@ -181,7 +181,7 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
         from ..teams import for_config
         table = EvalTable()
         me = OutsidePolicy(policy)
-        async with server_for(cfg.server, quiet=True) as server:
+        async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
             for opp in opponents:
                 res = await evaluate(me, server.url, opp, battles, batcher_cfg=cfg.batcher,
                                      concurrency=concurrency, battle_format=cfg.runner.battle_format,
