@@ -171,7 +171,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             c = _counters(a)
             return {"battles": a.stats.battles, "decisions": c["dec"], "batches": c["bat"], "bdec": c["bdec"],
                     "version": a.policy.version, "checksum": weights_checksum(a.policy.network.state_dict()),
-                    "server_restarts": server.restarts, "url": server.url, "faults": col.faults,
+                    "server_restarts": server.restarts, "url": str(server.url), "faults": col.faults,
                     "cpu_s": time.process_time(),
                     "server_cpu_s": group_cpu_s(server.managed.pid if server.managed else None)}
 
