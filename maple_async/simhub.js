@@ -16,6 +16,7 @@ const {Battle, Teams} = sim;
 const {extractChannelMessages} = require(path.join(process.argv[2], 'dist', 'sim', 'battle'));
 
 const RS = '\x1e';
+const FLUSH_RECORDS = 16;
 const battles = new Map();
 let out = [];
 let flushing = false;
@@ -136,7 +137,12 @@ process.stdin.setEncoding('utf8');
 process.stdin.on('data', (chunk) => {
   const lines = (pending + chunk).split('\n');
   pending = lines.pop();
-  for (const line of lines) if (line) handle(line);
+  for (const line of lines) {
+    if (line) handle(line);
+    // A long chunk of choices takes tens of ms: hand each few turns back as they are
+    // played, so this process and the parent work at the same time, not in waves.
+    if (out.length >= FLUSH_RECORDS) flush();
+  }
 });
 process.stdin.on('end', () => { flush(); process.exit(0); });
 process.stdout.on('error', () => process.exit(0));
