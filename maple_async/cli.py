@@ -366,6 +366,8 @@ async def _bench(cfg, args) -> int:
     device = setup_process(cfg)
     if args.env:
         from .tools import envbench
+        # poke-env's own environments need a server: every set-up plays on the same one.
+        cfg.server.transport = "websocket"
         async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
             pgid = server.managed.pid if server.managed is not None else None
             result = await envbench.run_env_bench(
@@ -404,10 +406,12 @@ async def _bench(cfg, args) -> int:
                            max_wait_ms=c.batcher.max_wait_ms, wait_per_side_ms=c.batcher.wait_per_side_ms,
                            quiet_gaps=c.batcher.quiet_gaps, max_batch_size=c.batcher.max_batch_size,
                            simulators=server.managed.simulators if server.managed is not None else None,
+                           transport=config_mod.transport_of(c.server),
                            throttle_server=args.throttle_server)
             rows.append((over, summary))
             if not args.sweep and args.json != "-":
-                print(bench.report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency})"))
+                print(bench.report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency}, "
+                                            f"{summary['transport']} transport)"))
     if args.sweep and args.json != "-":
         print(bench.sweep_table(rows))
     return _bench_output(args, rows, rows[0][1] if not args.sweep else {"sweep": [s for _, s in rows]})

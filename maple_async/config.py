@@ -41,9 +41,10 @@ class ServerConfig:
     home: Optional[str] = key(None, "where Showdown is installed (unset: $MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
     start_timeout_s: float = key(180.0, "seconds a managed server may take to start", gt=0)
     # One simulator works in waves and leaves cores idle (docs/benchmarks.md).
-    transport: str = key("websocket", "how battles reach Showdown: websocket (a server: rooms, logins, "
-                                      "challenges) or simulator (Showdown's sim package in pipes: no "
-                                      "server, seeded battles)", choices=("websocket", "simulator"))
+    transport: str = key("auto", "how battles reach Showdown: simulator (Showdown's sim package in pipes: "
+                                 "no server, seeded battles), websocket (a server: rooms, logins, "
+                                 "challenges), auto (simulator, or websocket when server.url is set)",
+                         choices=("auto", "simulator", "websocket"))
     simulators: int = key(0, "simulator processes of a managed server (0: one per core of this "
                              "shard's share of the machine, at most 8)", ge=0)
 
@@ -281,6 +282,13 @@ def _check_range(name: str, value: Any, meta: dict) -> None:
         b = meta[bound]
         if b is not None and not ok(value, b):
             raise ConfigError(f"config key '{name}' must be {word} {b:g}, got {value!r}")
+
+
+def transport_of(server_cfg: ServerConfig) -> str:
+    """``server.transport`` resolved: ``auto`` is the simulator unless ``server.url`` names a server."""
+    if server_cfg.transport == "auto":
+        return "websocket" if server_cfg.url else "simulator"
+    return server_cfg.transport
 
 
 def validate(cfg: Config) -> Config:

@@ -465,9 +465,11 @@ class ServerHandle:
 async def server_for(server_cfg, quiet: bool = False, runner=None):
     """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one
     with ``server.simulators`` (0: resolved for this process alone; shards get a count
-    resolved for the whole machine in their config). With ``server.transport: simulator``,
-    :class:`~maple_async.simulator.Simulators` instead (seeded from ``runner.seed``)."""
-    if getattr(server_cfg, "transport", "websocket") == "simulator":
+    resolved for the whole machine in their config). On the simulator transport (the default
+    without ``server.url``), :class:`~maple_async.simulator.Simulators` instead, seeded from
+    ``runner.seed``."""
+    from .config import transport_of
+    if transport_of(server_cfg) == "simulator":
         from .simulator import simulators_for
         async with simulators_for(server_cfg, runner.battle_timeout_s if runner else 300.0,
                                   runner.seed if runner else None, quiet) as sims:

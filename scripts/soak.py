@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""Soak: N self-play battles on one managed server; prints RSS and table sizes every 1k.
+"""Soak: N self-play battles on one managed server or the simulator transport; prints RSS
+and table sizes every 1k.
 
-    .venv/bin/python scripts/soak.py --battles 10000 --concurrency 64
+    .venv/bin/python scripts/soak.py --battles 10000 --concurrency 64 [--transport simulator]
 
 Tables watched: per-battle hidden states, live bookkeeping, pending batcher requests,
 poke-env's Player.battles (kept forever by poke-env unless dropped; we drop finished
-ones after a short delay) and the websocket client's per-battle locks.
+ones after a short delay), and the websocket client's per-battle locks or the simulator
+transport's battle routes.
 """
 
 import argparse
@@ -23,7 +25,31 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
-async def soak(n: int, concurrency: int, every: int, network: str) -> list:
+def _venue(transport: str):
+    from maple_async.server import ShowdownServer
+    from maple_async.simulator import Simulators
+
+    class Started:
+        async def __aenter__(self):
+            self.v = ShowdownServer() if transport == "websocket" else Simulators(2)
+            await self.v.start()
+            return self.v
+
+        async def __aexit__(self, *exc):
+            if transport == "websocket":
+                self.v.stop()
+            else:
+                await self.v.close()
+    return Started()
+
+
+def _routes(venue, players) -> int:
+    if hasattr(venue, "_owner"):  # the simulator transport
+        return len(venue._owner) + sum(len(p.ps_client.roles) for p in players)
+    return sum(len(p.ps_client._battle_locks) for p in players)
+
+
+async def soak(n: int, concurrency: int, every: int, network: str, transport: str) -> list:
     import torch
 
     from maple_async.collect.agent import Agent
@@ -31,11 +57,10 @@ async def soak(n: int, concurrency: int, every: int, network: str) -> list:
     from maple_async.config import BatcherConfig
     from maple_async.inference.policy import InferencePolicy
     from maple_async.learn import networks as nets
-    from maple_async.server import ShowdownServer
 
     torch.set_num_threads(1)
     rows = []
-    async with ShowdownServer() as srv:
+    async with _venue(transport) as srv:
         agent = Agent(InferencePolicy(nets.build(network)), BatcherConfig(max_wait_ms=5))
         match = Match(srv.url, agent, agent, concurrency=concurrency, account="soak")
         p1, p2 = match.players
@@ -48,7 +73,7 @@ async def soak(n: int, concurrency: int, every: int, network: str) -> list:
                        "rss_mb": round(rss_mb(), 1), "hidden": len(agent.hidden), "live": len(agent.live),
                        "pending": agent.batcher.pending,
                        "poke_env_battles": len(p1.battles) + len(p2.battles),
-                       "battle_locks": len(p1.ps_client._battle_locks) + len(p2.ps_client._battle_locks),
+                       "routes": _routes(srv, (p1, p2)),
                        "latencies_kept": len(agent.stats.latencies)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -66,9 +91,10 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--every", type=int, default=1000)
     ap.add_argument("--network", default="lstm")
+    ap.add_argument("--transport", default="simulator", choices=("simulator", "websocket"))
     a = ap.parse_args()
     import uvloop
-    uvloop.run(soak(a.battles, a.concurrency, a.every, a.network))
+    uvloop.run(soak(a.battles, a.concurrency, a.every, a.network, a.transport))
     return 0
 
 

@@ -124,3 +124,12 @@ def test_shipped_presets_hold_the_heuristic_bot_out_of_training():
 def test_baseline_names_are_poke_envs_players():
     from maple_async.pokeenv.players import BASELINES
     assert tuple(BASELINES) == C.BASELINE_NAMES
+
+
+def test_transport_is_the_simulator_unless_a_server_is_named():
+    cfg = C.load(None)
+    assert C.transport_of(cfg.server) == "simulator"
+    assert C.transport_of(C.load(None, {"server.url": "http://127.0.0.1:8000"}).server) == "websocket"
+    assert C.transport_of(C.load(None, {"server.transport": "websocket"}).server) == "websocket"
+    with pytest.raises(C.ConfigError, match="server.transport is simulator"):
+        C.load(None, {"server.url": "http://127.0.0.1:8000", "server.transport": "simulator"})
