@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import dataclasses
 import logging
 import sys
 import time
@@ -140,7 +139,7 @@ async def _play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = 
     from .inference.policy import InferencePolicy
     from .learn import networks as nets
     from .pokeenv.players import fast_kwargs
-    from .server import server_for
+    from .showdown import showdown_for
     from .teams import for_config
 
     device = setup_process(cfg)
@@ -150,7 +149,7 @@ async def _play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = 
     else:
         policy = InferencePolicy(nets.for_config(cfg), device)
     agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
-    async with server_for(cfg.server, runner=cfg.runner) as server:
+    async with showdown_for(cfg.server, runner=cfg.runner) as server:
         sides = 2 if cfg.runner.opponent == "self" else 1
         prog = asyncio.get_running_loop().create_task(
             _progress("play", lambda: agent.stats.battles // sides, n_battles))
@@ -229,17 +228,17 @@ async def _final_eval(cfg, loop, url: str, device) -> None:
 async def _train(cfg, resume: Optional[str]) -> int:
     from .run.loop import LearningLoop
     from .run.transports import make_transport
-    from .server import server_for
+    from .showdown import showdown_for
 
     device = setup_process(cfg)
     loop = LearningLoop(cfg, device, resume=resume)  # a checkpoint that does not fit fails here
     if cfg.train.shards > 1 or cfg.train.backend == "ray":
         await loop.run(make_transport(cfg, device))  # every shard starts its own server
         if cfg.train.eval_battles:
-            async with server_for(cfg.server, runner=cfg.runner) as server:
+            async with showdown_for(cfg.server, runner=cfg.runner) as server:
                 await _final_eval(cfg, loop, server.url, device)
     else:
-        async with server_for(cfg.server, runner=cfg.runner) as server:
+        async with showdown_for(cfg.server, runner=cfg.runner) as server:
             await loop.run(make_transport(cfg, device, server))
             if cfg.train.eval_battles:
                 await _final_eval(cfg, loop, server.url, device)
@@ -258,11 +257,11 @@ def cmd_train(args) -> int:
 
 
 async def _pretrain(cfg, args) -> int:
-    from .server import server_for
+    from .showdown import showdown_for
     from .tools.pretrain import pretrain
 
     device = setup_process(cfg)
-    async with server_for(cfg.server, runner=cfg.runner) as server:
+    async with showdown_for(cfg.server, runner=cfg.runner) as server:
         path = await pretrain(cfg, device, server.url, args.teacher, args.battles, opponent=args.opponent,
                               epochs=args.epochs, round_sides=args.round_sides, out=args.out,
                               max_minutes=args.minutes)
@@ -295,7 +294,7 @@ async def _eval(cfg, args) -> int:
     import json
 
     from .pokeenv.players import BASELINES
-    from .server import server_for
+    from .showdown import showdown_for
     from .inference.outside import policy_for
     from .tools.evaluate import EvalTable, training_label
 
@@ -312,7 +311,7 @@ async def _eval(cfg, args) -> int:
     table = EvalTable()
     quiet = args.json == "-"
     replays = _replay_writer(args)
-    async with server_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
+    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
         # Every checkpoint against every baseline and every later checkpoint (a round robin
         # without baseline-vs-baseline games): the first checkpoint's row is the headline.
         for i, c in enumerate(checkpoints):
@@ -360,6 +359,7 @@ async def _bench(cfg, args) -> int:
     import contextlib
     import copy
 
+    from .showdown import showdown_for
     from .server import server_for
     from .tools import bench
 
@@ -367,8 +367,7 @@ async def _bench(cfg, args) -> int:
     if args.env:
         from .tools import envbench
         # poke-env's own environments need a server: every set-up plays on the same one.
-        cfg.server.transport = "websocket"
-        async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
+        async with server_for(cfg.server, quiet=True) as server:
             pgid = server.managed.pid if server.managed is not None else None
             result = await envbench.run_env_bench(
                 cfg, server.url, args.seconds, args.warmup, args.repeats,
@@ -394,7 +393,7 @@ async def _bench(cfg, args) -> int:
             config_mod.validate(c)
             if c.server != server_cfg:  # a sweep over server.* keys: a server per setting
                 await stack.aclose()
-                server, server_cfg = await stack.enter_async_context(server_for(c.server, quiet=True, runner=c.runner)), c.server
+                server, server_cfg = await stack.enter_async_context(showdown_for(c.server, quiet=True, runner=c.runner)), c.server
                 ceilings = {}
             pgid = server.managed.pid if server.managed is not None else None
             with bench.throttled(pgid, args.throttle_server):
@@ -459,7 +458,7 @@ def cmd_bench(args) -> int:
 
 async def _curve(cfg, args, run_dir: Path, points: list) -> int:
     from .learn.metrics import MetricsLog
-    from .server import server_for
+    from .showdown import showdown_for
     from .tools import curve
     from .tools.evaluate import policy_from_checkpoint, training_label
 
@@ -473,7 +472,7 @@ async def _curve(cfg, args, run_dir: Path, points: list) -> int:
     tb = MetricsLog(run_dir, cfg.train.tensorboard, quiet=True) if todo else None
     loaded: dict = {}  # the checkpoint being played, read once for all its opponents
     try:
-        async with server_for(cfg.server, runner=cfg.runner) as server:
+        async with showdown_for(cfg.server, runner=cfg.runner) as server:
             for p, o in todo:
                 if p.update not in loaded:
                     loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=args.greedy)}
@@ -572,7 +571,7 @@ async def _outside(cfg, args, label: str):
                            battle_format=cfg.runner.battle_format)
     teams = for_config(cfg)
     # A real server: a ladder and challenges from people are the point of these commands.
-    async with server_for(dataclasses.replace(cfg.server, transport="websocket")) as server:
+    async with server_for(cfg.server) as server:
         session = srv.open_session(cfg, policy, server.url, creds, cfg.runner.concurrency, teams,
                                    args.replays, args.login_url or DEFAULT_LOGIN_URL, label)
         if label == "serve":

@@ -462,19 +462,11 @@ class ServerHandle:
 
 
 @contextlib.asynccontextmanager
-async def server_for(server_cfg, quiet: bool = False, runner=None):
+async def server_for(server_cfg, quiet: bool = False):
     """Yield a :class:`ServerHandle`: the user's server (checked) or a managed loopback one
     with ``server.simulators`` (0: resolved for this process alone; shards get a count
-    resolved for the whole machine in their config). On the simulator transport (the default
-    without ``server.url``), :class:`~maple_async.simulator.Simulators` instead, seeded from
-    ``runner.seed``."""
-    from .config import transport_of
-    if transport_of(server_cfg) == "simulator":
-        from .simulator import simulators_for
-        async with simulators_for(server_cfg, runner.battle_timeout_s if runner else 300.0,
-                                  runner.seed if runner else None, quiet) as sims:
-            yield sims
-        return
+    resolved for the whole machine in their config). A server whatever ``server.transport``
+    says: :func:`maple_async.showdown.showdown_for` honours it."""
     if server_cfg.url:
         await wait_reachable(server_cfg.url, timeout=10.0)
         yield ServerHandle(http_url(server_cfg.url))

@@ -24,7 +24,7 @@ from maple_async.collect.agent import Agent  # noqa: E402
 from maple_async.collect.match import Match  # noqa: E402
 from maple_async.pokeenv.players import fast_kwargs  # noqa: E402
 from maple_async.run.process import run_async, setup_process  # noqa: E402
-from maple_async.server import server_for  # noqa: E402
+from maple_async.showdown import showdown_for  # noqa: E402
 from maple_async.teams import for_config  # noqa: E402
 from maple_async.tools.bench import bench_policy  # noqa: E402
 
@@ -54,7 +54,7 @@ def roles(pgids) -> dict:
 
 
 async def window(cfg, device, seconds: float, warmup: float) -> dict:
-    async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
+    async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
         pgids = server.managed.pid
         agent = Agent(bench_policy(cfg, device), cfg.batcher, reward_cfg=cfg.reward)
         match = Match(server.url, agent, agent, concurrency=cfg.runner.concurrency, account="split",

@@ -4,11 +4,57 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
+import uuid
 
 import pytest
 import torch
 
 torch.set_num_threads(1)
+
+# Every process this run starts inherits the tag, so the check at the end finds its Node
+# processes (servers, simulators) and no one else's.
+_TAG = uuid.uuid4().hex
+os.environ["MAPLE_TEST_SESSION"] = _TAG
+
+
+def _tagged_node_processes() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if b"node" not in f.read().split(b"\0")[0]:
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if f"MAPLE_TEST_SESSION={_TAG}".encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(name))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No Node process started by the tests may outlive them."""
+    deadline = time.monotonic() + 10
+    left = _tagged_node_processes()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _tagged_node_processes()
+    if left:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        print(f"\nFAILED: Node processes outlived the tests: {left}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

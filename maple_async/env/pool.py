@@ -403,12 +403,12 @@ class BattlePool:
                 self._cv.notify_all()
 
     async def _main(self) -> None:
-        from ..server import server_for
+        from ..showdown import showdown_for
         self.loop = asyncio.get_running_loop()
         self._start = asyncio.Event()
         self._stop = asyncio.Event()
         cfg = self.cfg
-        async with server_for(cfg.server, quiet=self.quiet, runner=cfg.runner) as server:
+        async with showdown_for(cfg.server, quiet=self.quiet, runner=cfg.runner) as server:
             self.server = server
             self.agent = Agent(_CallerPolicy(), cfg.batcher, reward_cfg=cfg.reward, listener=self._slots,
                                batcher_cls=HandoffBatcher, name="pool",

@@ -142,7 +142,8 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
     returns the next weights message, or None to stop. The same body runs in a spawned
     process (pipes) and in a Ray actor (actor method calls).
     """
-    from ..server import group_cpu_s, server_for
+    from ..server import group_cpu_s
+    from ..showdown import showdown_for
 
     def on_trajectory(traj) -> None:
         send(("traj", shard, PackedTrajectory(traj.arrays(), traj.outcome, traj.opponent,
@@ -165,7 +166,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             else:
                 col.apply(msg)
 
-    async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
+    async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
         def stats() -> dict:
             a = col.agent
             c = _counters(a)

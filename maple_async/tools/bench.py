@@ -575,8 +575,8 @@ def _shard_main(shard: int, cfg_dict: dict, seconds: float, warmup_s: float, bar
 
 
 async def _shard_phases(cfg, device, seconds: float, warmup_s: float, barrier) -> dict:
-    from ..server import server_for
-    async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
+    from ..showdown import showdown_for
+    async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
         pgid = server.managed.pid if server.managed is not None else None
         await asyncio.to_thread(barrier.wait)  # every shard's server is up
         ceiling = await measure_ceiling(server.url, cfg.runner.concurrency, seconds, warmup_s,

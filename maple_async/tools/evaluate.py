@@ -168,7 +168,7 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
     (``battle_format=``, ``teams=``, ``seed=``, any config key). Returns the table; prints
     its lines unless ``quiet``."""
     from ..run.process import run_async
-    from ..server import server_for
+    from ..showdown import showdown_for
     fmt = options.pop("battle_format", "gen9randombattle")
     cfg = for_pool(fmt, concurrency, options.pop("teams", None), options.pop("server", None),
                       options.pop("seed", None), config, options)
@@ -181,7 +181,7 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
         from ..teams import for_config
         table = EvalTable()
         me = OutsidePolicy(policy)
-        async with server_for(cfg.server, quiet=True, runner=cfg.runner) as server:
+        async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
             for opp in opponents:
                 res = await evaluate(me, server.url, opp, battles, batcher_cfg=cfg.batcher,
                                      concurrency=concurrency, battle_format=cfg.runner.battle_format,
