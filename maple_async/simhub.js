@@ -4,10 +4,12 @@
 //                                C <tag> <p1|p2> <choice>  a player's choice ("move 1", "team 1234")
 //                                F <tag> <p1|p2>          that player forfeits
 //                                X <tag>                  drop the battle without a result
+//                                P                        ping (answered with P)
 // stdout, records ended by \x1e:  M<1|2><text>  what the server would send that player (">tag\n...")
 //                                E<tag>        the battle ended and is gone
 //                                K<tag>\t<why> the simulator threw: the battle is gone
 //                                R             ready
+//                                P             the answer to a ping
 // argv[2]: the pokemon-showdown package directory. Exits when stdin closes (the parent died).
 'use strict';
 const path = require('path');
@@ -20,6 +22,7 @@ const FLUSH_RECORDS = 16;
 const battles = new Map();
 let out = [];
 let flushing = false;
+let draining = false;
 
 function emit(record) {
   out.push(record);
@@ -35,9 +38,13 @@ function flush() {
   const data = out.join(RS) + RS;
   out = [];
   // A full pipe: stop reading commands until the parent has read (bounded both ways).
-  if (!process.stdout.write(data)) {
+  if (!process.stdout.write(data) && !draining) {
+    draining = true;
     process.stdin.pause();
-    process.stdout.once('drain', () => process.stdin.resume());
+    process.stdout.once('drain', () => {
+      draining = false;
+      process.stdin.resume();
+    });
   }
 }
 
@@ -100,6 +107,10 @@ function start(tag, json) {
 
 function handle(line) {
   const kind = line[0];
+  if (kind === 'P') {  // a ping: alive and reading
+    emit('P');
+    return;
+  }
   const a = line.indexOf(' ', 2);
   const tag = a < 0 ? line.slice(2) : line.slice(2, a);
   let game = battles.get(tag);

@@ -37,7 +37,7 @@ from .server import _die_with_parent, _which, group_cpu_s, install, SHOWDOWN_VER
 log = logging.getLogger("maple_async.simulator")
 
 HUB_JS = Path(__file__).with_name("simhub.js")
-RS = "\x1e"
+RS = b"\x1e"
 # Bytes waiting in a process's stdin beyond which no new battle goes to it; choices still
 # do (at most two per battle in flight), so what waits stays bounded by the battles.
 BUSY_BYTES = 256 * 1024
@@ -106,7 +106,7 @@ class _Battle:
             self.future.set_result(True)
 
 
-class _Process:
+class _Process(asyncio.SubprocessProtocol):
     """One Node process of simhub.js and what flows through its pipes."""
 
     def __init__(self, sims: "Simulators", index: int):
@@ -120,7 +120,7 @@ class _Process:
         self.exited = False
         self.last_heard = time.monotonic()
         self.pgid: Optional[int] = None
-        self._buf = ""
+        self._buf = b""
         self._out: list[str] = []
         self._flush_scheduled = False
 
@@ -132,11 +132,12 @@ class _Process:
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self.last_heard = time.monotonic()
-        records = (self._buf + data.decode()).split(RS)
+        # Split the bytes first: a read may end inside a character (Pokémon), never a record.
+        records = (self._buf + data).split(RS)
         self._buf = records.pop()
         route = self.sims._route
         for rec in records:
-            route(self, rec)
+            route(self, rec.decode())
 
     def pipe_connection_lost(self, fd, exc) -> None:
         pass
@@ -166,6 +167,12 @@ class _Process:
         if self._out and not self.exited and self.stdin is not None and not self.stdin.is_closing():
             self.stdin.write(("\n".join(self._out) + "\n").encode())
         self._out = []
+
+    @property
+    def started(self) -> bool:
+        """Said ready (and has not failed to start)."""
+        r = self.ready
+        return r.done() and not r.cancelled() and r.exception() is None
 
     def busy(self) -> bool:
         return self.stdin is None or self.stdin.get_write_buffer_size() > BUSY_BYTES
@@ -240,6 +247,7 @@ class Simulators:
         self._pkg: Optional[Path] = None
         self._node = None
         self._watch: Optional[asyncio.Task] = None
+        self._restarts: set = set()  # restart tasks under way (close() cancels them)
         self._slot_free = asyncio.Event()
         self.closed = False
 
@@ -303,10 +311,14 @@ class Simulators:
             lambda: proc, self._node, str(HUB_JS), str(self._pkg),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log_file,
             start_new_session=True, preexec_fn=_die_with_parent)
+        if self.closed:  # closed while it was being started
+            proc.kill()
+            return proc
         self.pgids.append(proc.pgid)
         try:
             await asyncio.wait_for(asyncio.shield(proc.ready), self.start_timeout_s)
         except asyncio.TimeoutError:
+            proc.ready.cancel()
             proc.kill()
             raise SimulatorError(f"a Showdown simulator process did not start within "
                                  f"{self.start_timeout_s:.0f}s; log {self.log_path}") from None
@@ -318,46 +330,56 @@ class Simulators:
         lost = list(proc.battles.values())
         for b in lost:
             self._abandon(b)
-        if self.closed or not proc.ready.done() or proc.ready.exception() is not None:
+        if self.closed or not proc.started:
             return
         log.warning("simulator process %d exited (code %s): %d battles abandoned; restarting it",
                     proc.index, proc.transport.get_returncode(), len(lost))
-        asyncio.get_running_loop().create_task(self._restart(proc.index))
+        task = asyncio.get_running_loop().create_task(self._restart(proc.index))
+        self._restarts.add(task)
+        task.add_done_callback(self._restarts.discard)
 
     async def _restart(self, i: int) -> None:
-        now = time.monotonic()
-        self._restart_times.append(now)
-        while self._restart_times and now - self._restart_times[0] > RESTART_WINDOW_S:
-            self._restart_times.popleft()
-        if len(self._restart_times) > MAX_RESTARTS:
-            self._failed = SimulatorError(
-                f"simulator processes exited {len(self._restart_times)} times within "
-                f"{RESTART_WINDOW_S:.0f}s; log {self.log_path}")
-            self._slot_free.set()
-            return
-        self.restarts += 1
-        try:
-            await self._spawn(i)
-        except Exception as e:
-            self._failed = e
+        """Start process ``i`` again; a start that fails counts as another exit."""
+        while not self.closed:
+            now = time.monotonic()
+            self._restart_times.append(now)
+            while self._restart_times and now - self._restart_times[0] > RESTART_WINDOW_S:
+                self._restart_times.popleft()
+            if len(self._restart_times) > MAX_RESTARTS:
+                self._failed = SimulatorError(
+                    f"simulator processes exited {len(self._restart_times)} times within "
+                    f"{RESTART_WINDOW_S:.0f}s; log {self.log_path}")
+                break
+            self.restarts += 1
+            try:
+                await self._spawn(i)
+                break
+            except Exception as e:  # noqa: BLE001 - counted, then tried again
+                log.warning("simulator process %d did not restart: %s", i, e)
         self._slot_free.set()
 
     async def _watchdog(self) -> None:
-        """Kill a process that has battles waiting on it and said nothing for the battle
-        timeout (a hung simulator); its exit abandons them and restarts it."""
+        """Kill a process that has battles and answered no ping for the battle timeout (a
+        hung simulator; one whose battles all wait on us still answers); its exit abandons
+        them and restarts it."""
         while True:
             await asyncio.sleep(min(5.0, self.battle_timeout_s / 4))
             now = time.monotonic()
             for p in self.procs:
-                if p is not None and p.battles and not p.exited and now - p.last_heard > self.battle_timeout_s:
+                if p is None or p.exited or not p.started:
+                    continue
+                if p.battles and now - p.last_heard > self.battle_timeout_s:
                     log.warning("simulator process %d silent for %.0fs with %d battles: killing it",
                                 p.index, now - p.last_heard, len(p.battles))
                     p.kill()
+                else:
+                    p.write("P")
 
     async def close(self) -> None:
         self.closed = True
-        if self._watch is not None:
-            self._watch.cancel()
+        for t in [self._watch, *self._restarts]:
+            if t is not None:
+                t.cancel()
         for p in self.procs:
             if p is None:
                 continue
@@ -380,8 +402,7 @@ class Simulators:
         player.ps_client = _Client(self, player.ps_client)
 
     def _pick(self) -> Optional[_Process]:
-        live = [p for p in self.procs if p is not None and not p.exited and p.ready.done()
-                and p.ready.exception() is None and not p.busy()]
+        live = [p for p in self.procs if p is not None and not p.exited and p.started and not p.busy()]
         return min(live, key=lambda p: len(p.battles)) if live else None
 
     async def start_battle(self, p1, p2, key: str) -> asyncio.Future:
@@ -482,6 +503,7 @@ class Simulators:
         elif kind == "R":
             if not proc.ready.done():
                 proc.ready.set_result(True)
+        # "P": the answer to a ping; hearing it was the point
 
     def _command(self, tag: str, line: str) -> None:
         b = self._owner.get(tag)
@@ -512,7 +534,8 @@ class Simulators:
             agent = getattr(player, "agent", None)
             if agent is not None:
                 agent.abandon((b.tag, role))
-            if player._battles.pop(b.tag, None) is not None:
+            battle = player._battles.pop(b.tag, None)
+            if battle is not None and not battle.finished:  # (a finished one gave its count back)
                 with contextlib.suppress(asyncio.QueueEmpty, ValueError):
                     player._battle_count_queue.get_nowait()
                     player._battle_count_queue.task_done()

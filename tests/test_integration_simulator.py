@@ -183,6 +183,29 @@ async def test_a_simulator_process_lost_mid_run_abandons_its_battles_and_comes_b
     assert _gone(victim.pgid)
 
 
+async def test_a_process_whose_battles_all_wait_on_us_is_not_taken_for_hung():
+    """Training holds collection (behind the learner) longer than the battle timeout: the
+    simulator, idle but answering pings, must not be killed."""
+    from poke_env.player import Player
+
+    from maple_async.pokeenv.players import player_kwargs
+
+    class Holding(Player):
+        def choose_move(self, battle):
+            return asyncio.get_running_loop().create_future()  # answered after the hold
+
+    sims = await Simulators(1, battle_timeout_s=1.0).start()
+    try:
+        p1, p2 = (Holding(**player_kwargs(sims, f"hold{i}", 1, "gen9randombattle")) for i in (1, 2))
+        for p in (p1, p2):
+            sims.attach(p)
+        await sims.start_battle(p1, p2, "hold")
+        await asyncio.sleep(4.0)  # four battle timeouts, the watchdog looking every 0.25 s
+        assert sims.restarts == 0 and len(sims.procs[0].battles) == 1 and not sims.procs[0].exited
+    finally:
+        await sims.close()
+
+
 def test_no_simulator_process_outlives_a_killed_parent(tmp_path):
     script = (
         "import asyncio, json, time\n"
