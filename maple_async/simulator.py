@@ -279,7 +279,8 @@ class Simulators:
             raise self._failed
 
     def __str__(self) -> str:
-        return f"Showdown {SHOWDOWN_VERSION} simulator ({self.n} processes, no server)"
+        pids = ", ".join(map(str, self.pgids))
+        return f"Showdown {SHOWDOWN_VERSION} simulator ({self.n} processes: pids {pids}; no server)"
 
     def cpu_s(self) -> Optional[float]:
         return group_cpu_s(self.pgids)
@@ -552,8 +553,7 @@ async def simulators_for(server_cfg, battle_timeout_s: float, seed: Optional[int
                       battle_timeout_s=battle_timeout_s, start_timeout_s=server_cfg.start_timeout_s)
     await sims.start()
     if not quiet:
-        print(f"[maple-async] {sims} (pids {', '.join(map(str, sims.pgids))}, log {sims.log_path})",
-              flush=True)
+        print(f"[maple-async] {sims} (log {sims.log_path})", flush=True)
     try:
         yield sims
     finally:

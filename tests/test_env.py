@@ -141,11 +141,14 @@ def test_outside_policy_opponent_and_set_opponent(showdown_url):
     assert {"first_legal", "max_power"} <= seen
 
 
-def test_a_killed_server_truncates_battles_and_the_pool_goes_on():
+@pytest.mark.parametrize("transport", ["websocket", "simulator"])
+def test_a_killed_server_truncates_battles_and_the_pool_goes_on(transport):
     rng = np.random.default_rng(4)
-    with BattlePool(num_battles=4) as pool:
+    with BattlePool(num_battles=4, **{"server.transport": transport}) as pool:
         play_until(pool, 1, rng)
-        os.killpg(pool.server.managed.pid, signal.SIGKILL)
+        # the server, or one of the two simulator processes (each holds battles in flight)
+        pids = [pool.server.managed.pid] if transport == "websocket" else list(pool.server.pgids)
+        os.killpg(pids[0], signal.SIGKILL)
         truncated, fresh = 0, 0
         t0 = time.monotonic()
         while not (truncated and fresh):
@@ -155,11 +158,16 @@ def test_a_killed_server_truncates_battles_and_the_pool_goes_on():
             if truncated:
                 fresh += int((info["elapsed_step"] == 0).sum())
             pool.send(random_legal(obs["action_mask"], rng), info["env_id"])
-        assert pool.stats["faults"] == 1
-        pid = pool.server.managed.pid
+        if transport == "websocket":
+            assert pool.stats["faults"] == 1
+            pids = [pool.server.managed.pid]
+        else:  # the simulator transport restarts its process itself: no fault for the collector
+            assert pool.stats["faults"] == 0 and pool.server.restarts == 1
+            pids = list(pool.server.pgids)
     assert not pool._thread.is_alive()
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
     assert not [t for t in threading.enumerate() if t.name == "maple-pool"]
 
 

@@ -210,23 +210,25 @@ def test_node_missing_is_reported(tmp_path):
 
 # -- shutdown -----------------------------------------------------------------------------
 
-def test_sigterm_leaves_checkpoint_and_no_server(tmp_path):
+@pytest.mark.parametrize("transport", ["websocket", "simulator"])
+def test_sigterm_leaves_checkpoint_and_no_server(tmp_path, transport):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "maple_async.cli", "train", "--config", "config/test.yaml",
-         "--train.run_dir", str(run_dir), "--train.total_battles", "100000"],
+         "--train.run_dir", str(run_dir), "--train.total_battles", "100000",
+         "--server.transport", transport],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    server_pid, out = None, []
+    node_pids, out = [], []
     deadline = time.time() + 300
     for line in proc.stdout:
         out.append(line)
-        m = re.search(r"managed Showdown .* \(pid (\d+)", line)
+        m = re.search(r"managed Showdown .* \(pid (\d+)|simulator \(\d+ processes: pids ([\d, ]+);", line)
         if m:
-            server_pid = int(m.group(1))
+            node_pids = [int(p) for p in (m.group(1) or m.group(2)).split(", ")]
         if line.startswith("[train] upd    2"):
             break
         assert time.time() < deadline, "".join(out[-20:])
-    assert server_pid and pid_alive(server_pid)
+    assert node_pids and all(pid_alive(p) for p in node_pids)
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=120)
@@ -237,4 +239,4 @@ def test_sigterm_leaves_checkpoint_and_no_server(tmp_path):
     data = torch.load(run_dir / "latest.pt", weights_only=True)
     assert data["learner"]["updates"] >= 2
     time.sleep(0.5)
-    assert not pid_alive(server_pid), "managed Showdown survived SIGTERM"
+    assert not any(pid_alive(p) for p in node_pids), "Showdown's processes survived SIGTERM"
