@@ -384,6 +384,8 @@ class Simulators:
         for p in self.procs:
             if p is None:
                 continue
+            if not p.ready.done():  # a restart under way: nobody waits for its start now
+                p.ready.cancel()
             for b in list(p.battles.values()):
                 self._abandon(b)
             if p.transport is not None:
