@@ -40,11 +40,11 @@ class ServerConfig:
     port: int = key(0, "port of a managed server (0: a free port)", ge=0, le=65535)
     home: Optional[str] = key(None, "where Showdown is installed (unset: $MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
     start_timeout_s: float = key(180.0, "seconds a managed server may take to start", gt=0)
-    # One simulator works in waves and leaves cores idle (docs/benchmarks.md).
     transport: str = key("auto", "how battles reach Showdown: simulator (Showdown's sim package in pipes: "
                                  "no server, seeded battles), websocket (a server: rooms, logins, "
                                  "challenges), auto (simulator, or websocket when server.url is set)",
                          choices=("auto", "simulator", "websocket"))
+    # One simulator works in waves and leaves cores idle (docs/benchmarks.md).
     simulators: int = key(0, "simulator processes of a managed server (0: one per core of this "
                              "shard's share of the machine, at most 8)", ge=0)
 

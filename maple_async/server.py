@@ -363,34 +363,47 @@ def _kill_group(pgid: int, timeout: float) -> None:
 
 # -- detached servers for `maple-async server start|stop|status` -------------------------
 
-def group_cpu_s(pgid) -> Optional[float]:
-    """CPU seconds (user + system) used so far by the live processes of process group
-    ``pgid`` (or of a list of groups): a managed server's node processes (the server and its
-    simulator workers run in the group its start made), or the simulator transport's
-    processes. None where that can't be read (no ``/proc``, no group)."""
-    if not pgid:
-        return None
-    groups = {pgid} if isinstance(pgid, int) else set(pgid)
+def process_groups(pgid) -> list[int]:
+    """``pgid`` as a list: a managed server's one process group, or the simulator
+    transport's list of them (one per process)."""
+    return [pgid] if isinstance(pgid, int) else list(pgid)
+
+
+def group_processes(pgid) -> Optional[list[tuple[int, bytes, float]]]:
+    """(pid, command line, CPU seconds used so far) of each live process in the process
+    group(s) ``pgid`` (see :func:`process_groups`); None where ``/proc`` can't be read."""
+    groups = set(process_groups(pgid))
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total, seen = 0, False
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
+    out = []
     for name in entries:
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read()
+            # after the command name (in parentheses, may hold spaces): state, ppid, pgrp, ...
+            fields = stat[stat.rindex(b")") + 2:].split()
+            if int(fields[2]) not in groups:
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
         except OSError:  # exited meanwhile
             continue
-        # after the command name (in parentheses, may hold spaces): state, ppid, pgrp, ...
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if int(fields[2]) in groups:
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-            seen = True
-    return total / tick if seen else None
+        out.append((int(name), cmd, (int(fields[11]) + int(fields[12])) / tick))  # utime + stime
+    return out
+
+
+def group_cpu_s(pgid) -> Optional[float]:
+    """CPU seconds (user + system) used so far by the live processes of process group(s)
+    ``pgid``: a managed server's node processes (the server and its simulator workers run
+    in the group its start made), or the simulator transport's processes. None where that
+    can't be read (no ``/proc``, no group)."""
+    procs = group_processes(pgid) if pgid else None
+    return sum(cpu for _, _, cpu in procs) if procs else None
 
 
 def _state_dir(home: Optional[Path] = None) -> Path:

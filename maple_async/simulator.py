@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import UserError
-from .server import _die_with_parent, _which, group_cpu_s, install, SHOWDOWN_VERSION
+from .server import _die_with_parent, _which, install, SHOWDOWN_VERSION
 
 log = logging.getLogger("maple_async.simulator")
 
@@ -281,9 +281,6 @@ class Simulators:
     def __str__(self) -> str:
         pids = ", ".join(map(str, self.pgids))
         return f"Showdown {SHOWDOWN_VERSION} simulator ({self.n} processes: pids {pids}; no server)"
-
-    def cpu_s(self) -> Optional[float]:
-        return group_cpu_s(self.pgids)
 
     # -- processes ---------------------------------------------------------------------------
     async def start(self) -> "Simulators":

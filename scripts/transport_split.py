@@ -24,29 +24,15 @@ from maple_async.collect.agent import Agent  # noqa: E402
 from maple_async.collect.match import Match  # noqa: E402
 from maple_async.pokeenv.players import fast_kwargs  # noqa: E402
 from maple_async.run.process import run_async, setup_process  # noqa: E402
+from maple_async.server import group_processes  # noqa: E402
 from maple_async.showdown import showdown_for  # noqa: E402
 from maple_async.teams import for_config  # noqa: E402
 from maple_async.tools.bench import bench_policy  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def roles(pgids) -> dict:
     """CPU seconds by role of the live processes in these process groups."""
-    groups = {pgids} if isinstance(pgids, int) else set(pgids)
     out = {"simulator": 0.0, "server_other": 0.0}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{name}/stat", "rb").read()
-            cmd = open(f"/proc/{name}/cmdline", "rb").read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if int(fields[2]) not in groups:
-            continue
-        cpu = (int(fields[11]) + int(fields[12])) / TICK
+    for _pid, cmd, cpu in group_processes(pgids) or ():
         # room-battle.js: the server's simulator processes; simhub.js: the simulator transport's
         sim = b"room-battle.js" in cmd or b"simhub.js" in cmd
         out["simulator" if sim else "server_other"] += cpu

@@ -11,23 +11,11 @@ from maple_async.collect.match import play
 from maple_async.config import BatcherConfig
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
-from maple_async.server import ShowdownServer, resolve_simulators
+from maple_async.server import ShowdownServer, group_processes, resolve_simulators
 
 def _simulators(pgid: int) -> dict:
-    """pid -> CPU ticks of the server's simulator processes (Showdown's room-battle workers)."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{name}/cmdline", "rb").read()
-            stat = open(f"/proc/{name}/stat", "rb").read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if int(fields[2]) == pgid and b"room-battle.js" in cmd:
-            out[int(name)] = int(fields[11]) + int(fields[12])
-    return out
+    """pid -> CPU seconds of the server's simulator processes (Showdown's room-battle workers)."""
+    return {pid: cpu for pid, cmd, cpu in group_processes(pgid) if b"room-battle.js" in cmd}
 
 
 @pytest.mark.integration

@@ -35,7 +35,7 @@ from ..collect.match import Match, Rates
 from ..inference.policy import InferencePolicy
 from ..pokeenv.players import fast_kwargs
 from ..run.process import tune_gc
-from ..server import group_cpu_s
+from ..server import group_cpu_s, process_groups
 from ..teams import Teams, for_config
 
 
@@ -149,7 +149,7 @@ def throttled(pgid: Optional[int], fraction: float, period_s: float = 0.02):
     done = threading.Event()
 
     def signal_all(sig):
-        for g in ([pgid] if isinstance(pgid, int) else list(pgid)):  # (the simulator transport's: a list)
+        for g in process_groups(pgid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(g, sig)
 
