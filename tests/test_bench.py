@@ -25,6 +25,17 @@ def test_percentile_and_ratio():
     assert bench.ratio(9, 10) == 0.9 and math.isnan(bench.ratio(1, 0))
 
 
+def test_learning_windows_count_the_updates_that_held_collection():
+    ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0, server_cpu_s=4.0)
+    learn = (bench.Window(seconds=10, battles=80, decisions=4000, cpu_s=9.0, server_cpu_s=8.0, updates=3,
+                          held_updates=1)
+             + bench.Window(seconds=10, battles=80, decisions=4000, cpu_s=9.0, server_cpu_s=8.0, updates=4,
+                            held_updates=2))
+    s = bench.summarise(ceiling, ceiling, learn, cores=2)
+    assert (s["learn_updates"], s["learn_held_updates"]) == (7, 3)
+    assert "updates in the window:                7, 3 holding collection" in bench.report(s)
+
+
 def test_summarise_ratios_and_per_decision_split():
     ceiling = bench.Window(seconds=10, battles=100, decisions=5000, cpu_s=2.0, server_cpu_s=4.0)
     runner = bench.Window(seconds=10, battles=90, decisions=4000, cpu_s=3.0,
@@ -213,6 +224,11 @@ def test_sweep_table_has_a_column_per_swept_key():
     lines = bench.sweep_table(rows).splitlines()
     assert lines[0].endswith("rounds: mean, 95% CI")
     assert lines[1].endswith("0.90 (0.85 to 0.95)") and lines[2].endswith("-")
+    rows[1] = (rows[1][0], dict(fig, learn_decisions_per_s=420.0, learn_updates=9, learn_held_updates=4,
+                                learn_cpu_busy_share=0.91))
+    lines = bench.sweep_table(rows).splitlines()
+    assert lines[0].endswith("learn dec/s held/upd  busy")
+    assert lines[2].split()[-3:] == ["420", "4/9", "0.91"] and lines[1].split()[-3:] == ["nan", "-/-", "nan"]
 
 
 @pytest.mark.integration

@@ -116,6 +116,38 @@ async def test_collection_holds_still_while_the_learner_is_behind(tmp_path):
     assert tp.pauses == []
 
 
+async def test_an_update_that_holds_collection_learns_on_every_core(tmp_path, monkeypatch):
+    """While collection holds, nothing else runs: the update gets ``train.hold_threads``
+    torch threads (0: every core), in its worker thread only; others keep the run's count."""
+    import torch
+
+    from maple_async.learn.learner import Learner
+    from maple_async.run import loop as L
+    seen = []
+    update = Learner.update
+
+    def recording_update(self, *a, **kw):
+        seen.append(torch.get_num_threads())
+        return update(self, *a, **kw)
+    monkeypatch.setattr(Learner, "update", recording_update)
+    before = torch.get_num_threads()
+    for over, threads in (({}, L.held_threads(_cfg(tmp_path))), ({"train.hold_threads": 3}, 3)):
+        seen.clear()
+        cfg = _cfg(tmp_path, **{"train.total_battles": 40, **over})
+        tp = ScriptedTransport(total=1000, per_wait=20, rng=np.random.default_rng(2))  # behind
+        loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
+        await asyncio.wait_for(loop.run(tp), 60)
+        assert loop.held_updates == len(tp.pauses) // 2 > 0
+        assert seen[:loop.held_updates] == [threads] * loop.held_updates
+        assert torch.get_num_threads() == before
+    assert L.held_threads(_cfg(tmp_path)) >= 1
+    seen.clear()
+    tp = ScriptedTransport(total=1000, per_wait=5, rng=np.random.default_rng(2))  # keeping up
+    cfg = _cfg(tmp_path, **{"train.total_battles": 40, "train.hold_threads": 3})
+    await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
+    assert tp.pauses == [] and seen and 3 not in seen
+
+
 def test_checkpoints_keep_the_newest_and_a_weights_snapshot_per_period(tmp_path):
     import pytest
     import torch

@@ -68,6 +68,8 @@ class Window(Rates):
     batches: int = 0  # inference batches flushed in the window
     wait_limit_s: float = 0.0  # sum over those batches of the batcher's max wait at the flush
     server_cpu_s: float = float("nan")  # CPU time of the managed Showdown's processes (NaN: unknown)
+    updates: int = 0  # learning windows: updates, and those that held collection (learner behind)
+    held_updates: int = 0
 
     def us_per_decision(self, seconds: float) -> float:
         return 1e6 * seconds / self.decisions if self.decisions else float("nan")
@@ -106,7 +108,8 @@ class Window(Rates):
             batches=self.batches + other.batches, wait_limit_s=self.wait_limit_s + other.wait_limit_s,
             server_cpu_s=self.server_cpu_s + other.server_cpu_s,
             in_flight=(self.in_flight * self.seconds + other.in_flight * other.seconds) / total
-            if total > 0 else 0.0)
+            if total > 0 else 0.0,
+            updates=self.updates + other.updates, held_updates=self.held_updates + other.held_updates)
 
 
 async def _run_window(match: Match, snapshot, warmup_s: float, seconds: float,
@@ -274,12 +277,17 @@ async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: flo
             while not col.lanes or col.lanes[0].task is None:
                 await asyncio.sleep(0.05)
             match = col.lanes[0].match
-            snap = _runner_snapshot(lambda: col.lanes[0].match, col.agent)
+            runner_snap = _runner_snapshot(lambda: col.lanes[0].match, col.agent)
+
+            def snap():
+                return {**runner_snap(), "upd": loop.learner.updates, "held": loop.held_updates}
             s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
         finally:
             loop.request_stop("bench window over")
             await task
-    return _runner_window(match, col.agent, s0, s1, dt, inflight)
+    w = _runner_window(match, col.agent, s0, s1, dt, inflight)
+    w.updates, w.held_updates = s1["upd"] - s0["upd"], s1["held"] - s0["held"]
+    return w
 
 
 def cpu_limit(cores: int, us_per_decision: float) -> float:
@@ -339,6 +347,7 @@ def summarise(ceiling: Window, runner: Window, learn: Optional[Window] = None,
         out["learn_process_cpu_us_per_decision"] = learn.us_per_decision(learn.cpu_s)
         out["learn_server_cpu_us_per_decision"] = learn.us_per_decision(learn.server_cpu_s)
         out["learn_cpu_busy_share"] = ratio(learn.cpu_s + learn.server_cpu_s, cores * learn.seconds)
+        out["learn_updates"], out["learn_held_updates"] = learn.updates, learn.held_updates
     return out
 
 
@@ -384,6 +393,9 @@ def report(s: dict, label: str = "") -> str:
         if math.isfinite(lsrv):
             lines.append(f"  CPU per decision while learning:      this process {s['learn_process_cpu_us_per_decision']:.0f} us "
                          f"(learner included), Showdown {lsrv:.0f} us; cores busy {s['learn_cpu_busy_share']:.3f}")
+        if s.get("learn_updates"):
+            lines.append(f"  updates in the window:                {s['learn_updates']}, "
+                         f"{s['learn_held_updates']} holding collection (the learner behind)")
     return "\n".join(lines)
 
 
@@ -540,8 +552,10 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
     keys = list(dict.fromkeys(k for over, _ in rows for k in over)) or ["runner.concurrency"]
     names = [short.get(k, k) for k in keys]
     ci = any(round_ci_text(s) for _, s in rows)
+    learn = any("learn_decisions_per_s" in s for _, s in rows)
     head = " ".join(f"{n:>11}" for n in names) + f" {'ceiling b/s':>11} {'maple b/s':>9} {'ratio':>6} " \
-        f"{'dec/s':>6} {'batch':>6} {'wait ms':>7} {'p99 ms':>7} {'enc+book us':>11}" + (f" {'rounds: mean, 95% CI':>24}" if ci else "")
+        f"{'dec/s':>6} {'batch':>6} {'wait ms':>7} {'p99 ms':>7} {'enc+book us':>11}" + (f" {'rounds: mean, 95% CI':>24}" if ci else "") \
+        + (f" {'learn dec/s':>11} {'held/upd':>8} {'busy':>5}" if learn else "")
     out = [head]
     for over, s in rows:
         line = (" ".join(f"{str(over.get(k, '-')):>{max(11, len(n))}}" for k, n in zip(keys, names))
@@ -551,6 +565,10 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
                 f"{s['cpu_us_per_decision']:>11.0f}")
         if ci:
             line += f" {round_ci_text(s) or '-':>24}"
+        if learn:
+            line += (f" {s.get('learn_decisions_per_s', float('nan')):>11.0f} "
+                     f"{str(s.get('learn_held_updates', '-')) + '/' + str(s.get('learn_updates', '-')):>8} "
+                     f"{s.get('learn_cpu_busy_share', float('nan')):>5.2f}")
         out.append(line)
     return "\n".join(out)
 
