@@ -225,6 +225,21 @@ async def _final_eval(cfg, loop, url: str, device) -> None:
     (loop.run_dir / "eval.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _final_eval_wanted(cfg, loop) -> bool:
+    """The end-of-training evaluation, unless none is asked for or a signal stopped the run
+    (Ctrl-C means now: the command that runs it later is printed instead)."""
+    if not cfg.train.eval_battles:
+        return False
+    if loop.stop_reason.startswith("signal"):
+        run_dir = Path(cfg.train.run_dir)
+        pool = f" --runner.teams {cfg.train.eval_teams}" if cfg.train.eval_teams else ""
+        print(f"[train] no final evaluation ({loop.stop_reason}); to run it: maple-async eval "
+              f"--config {run_dir / 'config.yaml'} --checkpoint {run_dir / 'latest.pt'}{pool} "
+              f"--opponents {cfg.train.eval_opponents} --battles {cfg.train.eval_battles}")
+        return False
+    return True
+
+
 async def _train(cfg, resume: Optional[str]) -> int:
     from .run.loop import LearningLoop
     from .run.transports import make_transport
@@ -234,13 +249,13 @@ async def _train(cfg, resume: Optional[str]) -> int:
     loop = LearningLoop(cfg, device, resume=resume)  # a checkpoint that does not fit fails here
     if cfg.train.shards > 1 or cfg.train.backend == "ray":
         await loop.run(make_transport(cfg, device))  # every shard starts its own server
-        if cfg.train.eval_battles:
+        if _final_eval_wanted(cfg, loop):
             async with showdown_for(cfg.server, runner=cfg.runner) as server:
                 await _final_eval(cfg, loop, server.url, device)
     else:
         async with showdown_for(cfg.server, runner=cfg.runner) as server:
             await loop.run(make_transport(cfg, device, server))
-            if cfg.train.eval_battles:
+            if _final_eval_wanted(cfg, loop):
                 await _final_eval(cfg, loop, server.url, device)
     print(f"[train] done ({loop.stop_reason}); run folder {cfg.train.run_dir}")
     return 0

@@ -216,7 +216,7 @@ def test_sigterm_leaves_checkpoint_and_no_server(tmp_path, transport):
     proc = subprocess.Popen(
         [sys.executable, "-m", "maple_async.cli", "train", "--config", "config/test.yaml",
          "--train.run_dir", str(run_dir), "--train.total_battles", "100000",
-         "--server.transport", transport],
+         "--server.transport", transport, "--train.eval_battles", "500"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     node_pids, out = [], []
     deadline = time.time() + 300
@@ -236,6 +236,7 @@ def test_sigterm_leaves_checkpoint_and_no_server(tmp_path, transport):
     assert proc.returncode == 0, "".join(out)[-3000:]
     assert time.time() - t0 < 60  # bounded shutdown
     assert "stopping: signal SIGTERM" in rest
+    assert "no final evaluation (signal SIGTERM); to run it: maple-async eval" in rest  # not 500 battles
     data = torch.load(run_dir / "latest.pt", weights_only=True)
     assert data["learner"]["updates"] >= 2
     time.sleep(0.5)

@@ -197,8 +197,9 @@ class Collector:
         """A player that never logs in would leave its lane idle forever (seen with 8 servers
         starting at once): treat it as a server fault, so the lanes restart with new accounts."""
         try:
-            await asyncio.wait_for(asyncio.gather(*(p.ps_client.logged_in.wait() for p in players)),
-                                   timeout_s)
+            # return_exceptions: waits cancelled at shutdown leave no unretrieved error behind
+            await asyncio.wait_for(asyncio.gather(*(p.ps_client.logged_in.wait() for p in players),
+                                                  return_exceptions=True), timeout_s)
         except asyncio.TimeoutError:
             missing = [p.username for p in players if not p.ps_client.logged_in.is_set()]
             self._print(f"[train] not logged in after {timeout_s:.0f}s: {', '.join(missing)}")
