@@ -155,8 +155,6 @@ class TrainConfig:
     hold_when_behind: bool = key(True, "an update on twice battles_per_update or more (the learner is "
                                        "behind) holds every decision until it ends, so the CPU is the "
                                        "learner's and updates stay small")
-    hold_threads: int = key(0, "torch threads of an update that holds collection (hold_when_behind); "
-                               "0: every core this process may use (nothing else runs then)", ge=0)
     league_size: int = key(5, "league snapshots kept", gt=0)
     league_every_updates: int = key(10, "a league snapshot every this many updates", gt=0)
     league_sampling: str = key("pfsp", "which snapshot a league battle draws at its start: pfsp (the ones the "

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import torch
 
 from ..config import Config, parse_opponent_mix
 from ..inference.league import league_probs
@@ -25,7 +24,6 @@ from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
-from ..server import cores
 
 
 class LearningLoop:
@@ -180,8 +178,7 @@ class LearningLoop:
                 if hold:
                     transport.pause(True)
                 try:
-                    summary = await self._update(batch, last, t_start, seconds_before,
-                                                 threads=held_threads(cfg) if hold else 0)
+                    summary = await self._update(batch, last, t_start, seconds_before, held=hold)
                 finally:
                     if hold:
                         transport.pause(False)
@@ -232,10 +229,10 @@ class LearningLoop:
         return min(max(by_battles, by_time), 1.0)
 
     async def _update(self, batch, last: dict, t_start: float, seconds_before: float,
-                      lr_scale: float = 1.0, threads: int = 0) -> dict:
+                      lr_scale: float = 1.0, held: bool = False) -> dict:
         progress = self.progress(seconds_before + time.perf_counter() - t_start)
-        metrics = await asyncio.to_thread(update_with_threads, self.learner, threads, batch, progress, lr_scale)
-        self.held_updates += threads > 0
+        metrics = await asyncio.to_thread(self.learner.update, batch, progress, lr_scale)
+        self.held_updates += held
         self.counters["version"] += 1
         self.counters["battles"] += len(batch)
         self.counters["decisions"] += sum(len(t) for t in batch)
@@ -280,22 +277,3 @@ class LearningLoop:
             f"kl {m['approx_kl']:.4f} clip {m['clipfrac']:.2f} | lag {row['policy_lag']:.2f} "
             f"| upd {m['update_s']:.1f}s")
         return row
-
-
-def held_threads(cfg: Config) -> int:
-    """Torch threads of an update that holds collection (``train.hold_threads``)."""
-    return cfg.train.hold_threads or cores()
-
-
-def update_with_threads(learner: Learner, threads: int, *args) -> dict:
-    """``learner.update(*args)`` with ``threads`` torch threads (0: as set). Called in the
-    worker thread: under OpenMP the count is per thread, so the event loop's forward passes
-    keep theirs."""
-    if not threads:
-        return learner.update(*args)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return learner.update(*args)
-    finally:
-        torch.set_num_threads(before)
