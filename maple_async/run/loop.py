@@ -177,8 +177,9 @@ class LearningLoop:
                 hold = cfg.train.hold_when_behind and len(batch) >= 2 * cfg.train.battles_per_update
                 if hold:
                     transport.pause(True)
+                    self.held_updates += 1
                 try:
-                    summary = await self._update(batch, last, t_start, seconds_before, held=hold)
+                    summary = await self._update(batch, last, t_start, seconds_before)
                 finally:
                     if hold:
                         transport.pause(False)
@@ -229,10 +230,9 @@ class LearningLoop:
         return min(max(by_battles, by_time), 1.0)
 
     async def _update(self, batch, last: dict, t_start: float, seconds_before: float,
-                      lr_scale: float = 1.0, held: bool = False) -> dict:
+                      lr_scale: float = 1.0) -> dict:
         progress = self.progress(seconds_before + time.perf_counter() - t_start)
         metrics = await asyncio.to_thread(self.learner.update, batch, progress, lr_scale)
-        self.held_updates += held
         self.counters["version"] += 1
         self.counters["battles"] += len(batch)
         self.counters["decisions"] += sum(len(t) for t in batch)
@@ -252,7 +252,8 @@ class LearningLoop:
         row = {"update": self.learner.updates, "battles": self.counters["battles"],
                "decisions": self.counters["decisions"], "time_s": round(self.counters["seconds"], 1),
                "battles_per_s": len(batch) / dt if dt else 0.0, "decisions_per_s": n_dec / dt if dt else 0.0,
-               "mean_batch_size": mean_batch, "held_updates": self.held_updates, "policy_lag": policy_lag(versions, self.counters["version"] - 1),
+               "mean_batch_size": mean_batch, "held_updates": self.held_updates,
+               "policy_lag": policy_lag(versions, self.counters["version"] - 1),
                **{k: m[k] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm",
                                     "explained_variance", "lr", "samples_per_s", "update_s")}}
         by_opp: dict[str, list] = {}
