@@ -136,6 +136,51 @@ def test_observation_marks_the_deciding_slot_and_the_first_choice():
     assert derived.shape == (2, dbl.OBS_DIM) and np.isfinite(derived).all()
 
 
+def _matchups(obs, own=True):
+    team = enc.OWN_TEAM if own else enc.OPP_TEAM
+    return np.array([obs[team + i * enc.POKE_DIM + enc.P_MATCH_OFF:team + i * enc.POKE_DIM + enc.P_MATCH_SPE + 1]
+                     for i in range(4)])
+
+
+def test_a_replacement_decision_sees_matchups_against_the_foes():
+    b = DoubleBattle("battle-gen9vgc2025regi-1", "me", logging.getLogger("test"), gen=9)
+    b._player_role = "p1"
+    b.switch("p1a: Amoonguss", "Amoonguss, L50", "100/100")
+    b.switch("p1b: Incineroar", "Incineroar, L50", "100/100")
+    b.get_pokemon("p1a: Amoonguss").faint()
+    side = [_mon("Amoonguss", "Amoonguss", A_MOVES, active=True, hp="0 fnt"),
+            _mon("Incineroar", "Incineroar", B_MOVES, active=True),
+            _mon("Rillaboom", "Rillaboom", A_MOVES), _mon("Urshifu", "Urshifu-Rapid-Strike", B_MOVES)]
+    b.parse_request({"side": {"name": "me", "id": "p1", "pokemon": side}, "rqid": 3, "forceSwitch": [True, False]})
+    for pos, species in (("p2a", "Tornadus"), ("p2b", "Flutter Mane")):
+        b.switch(f"{pos}: {species}", f"{species}, L50", "100/100")
+    turn = dbl.Turn(b)
+    assert b.active_pokemon[0] is None and allowed(turn.mask(0)) == {2, 3}
+    obs = derive(turn.obs(0)[None])[0]
+    # the switch-ins are weighed against the foe as in singles: Rillaboom (Grass) and
+    # Urshifu (Water) against Tornadus (Flying) differ; without the fainted Pokémon marked
+    # as the deciding one, every matchup was zero
+    m = _matchups(obs)
+    assert np.abs(m[2:]).sum() > 0 and not np.array_equal(m[2], m[3])
+    assert obs[dbl.X_OWN_POS:dbl.X_OWN_POS + 6].sum() == 0  # position 1 still reads as empty
+
+
+def test_with_one_foe_left_both_move_copies_are_against_it():
+    alone = derive(dbl.Turn(battle(foes=("p2a",))).obs(1)[None])[0]
+    a, b = alone[enc.MOVES:enc.FIELD], alone[dbl.MOVES_B:dbl.ALLY_MOVES]
+    assert np.array_equal(a, b) and a.reshape(4, enc.MOVE_DIM)[0, enc.M_DAMAGE] > 0  # heat wave
+    two = derive(dbl.Turn(battle()).obs(1)[None])[0]
+    assert not np.array_equal(two[enc.MOVES:enc.FIELD], two[dbl.MOVES_B:dbl.ALLY_MOVES])
+
+
+def test_a_pokemon_that_protected_last_turn_is_flagged():
+    b = battle()
+    flag = dbl.X_MONS + 0 * dbl.N_MON_FLAGS + 3
+    assert dbl.Turn(b).obs(0)[flag] == 0.0
+    b.active_pokemon[0]._protect_counter = 1
+    assert dbl.Turn(b).obs(0)[flag] == 1.0
+
+
 def test_networks_and_checkpoints_know_their_game(tmp_path):
     for kind in ("mlp", "lstm", "attention"):
         net = nets.build(kind, hidden_size=32, obs_dim=dbl.OBS_DIM, n_actions=dbl.N_ACTIONS)

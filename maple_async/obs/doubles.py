@@ -28,8 +28,8 @@ The doubles block: deciding slot one-hot (2); own team index of the Pokémon in 
 the deciding Pokémon's move target types (4 x ``len(TARGETS)`` one-hot, from the request);
 the first slot's action this turn (``N_SLOT`` one-hot, only for the second slot); per
 Pokémon in positions own 1, own 2, foe 1, foe 2 (4 x 4): present, redirecting (Follow Me,
-Rage Powder, Spotlight), first turn out (Fake Out works), protected; the opponent's team
-sheet was shown (open team sheets).
+Rage Powder, Spotlight), first turn out (Fake Out works), protected last turn (a second
+Protect may fail); the opponent's team sheet was shown (open team sheets).
 
 Per-slot actions (``N_SLOT`` = 47): 0-5 switch to team slot ``i``; ``6 + 5j + t`` move
 ``j`` (the request's order) with target ``t``: 0 none (spread, self, field and random
@@ -125,7 +125,7 @@ class Turn:
     observations, and what their masks and the order need."""
 
     __slots__ = ("battle", "base", "mons", "own_pos", "foe_pos", "actives", "foes", "entries",
-                 "switches", "force", "can_tera", "trapped", "commanding", "_moves")
+                 "switches", "force", "can_tera", "trapped", "commanding", "_moves", "_deciding")
 
     def __init__(self, battle, side_state: Optional[list] = None):
         if not battle.__dict__.get("_maple_tera_known"):
@@ -143,6 +143,14 @@ class Turn:
         opp_index = {id(m): i for i, m in enumerate(opp[:6])}
         self.own_pos = [index.get(id(m), -1) if m is not None else -1 for m in actives]
         self.foe_pos = [opp_index.get(id(m), -1) if m is not None else -1 for m in foes]
+        # a slot replacing a fainted Pokémon is marked by it, as in singles, so the switch-in
+        # decision gets its matchups against the foes (poke-env drops it from the actives)
+        self._deciding = list(self.own_pos)
+        if any(battle.force_switch) and battle.player_role:
+            for p, c in enumerate("ab"):
+                gone = battle._active_pokemon.get(battle.player_role + c)
+                if self._deciding[p] < 0 and gone is not None and gone.fainted:
+                    self._deciding[p] = index.get(id(gone), -1)
         _, sums = enc.write_teams(w, mons, opp, n_seen, benched, mark_active=False)
         target = self.foe_pos[0] if self.foe_pos[0] >= 0 else self.foe_pos[1]
         if target >= 0:
@@ -170,8 +178,9 @@ class Turn:
             effects = mon.effects
             if effects:
                 w[base + 1] = float(any(e in effects for e in _REDIRECT))
-                w[base + 3] = float(any(e in effects for e in _PROTECT))
             w[base + 2] = float(mon._active_turns == 1)
+            # poke-env ends Protect at |turn|, before the request: what is left is its counter
+            w[base + 3] = float(mon._protect_counter > 0)
         w[X_SHEET] = float(bool(battle.__dict__.get("_maple_sheet")))
         self.entries = [_request_moves(battle, 0), _request_moves(battle, 1)]
         side = request.get("side") or {}
@@ -191,7 +200,7 @@ class Turn:
         """Slot ``s``'s observation (``first``: slot 1's action this turn, for slot 2)."""
         out = self.base.copy()
         w = memoryview(out)
-        i = self.own_pos[s]
+        i = self._deciding[s]
         if i >= 0:
             w[enc.OWN_TEAM + i * enc.POKE_DIM + enc.P_ACTIVE] = 1.0
         if self._moves is None:  # both slots' move blocks, read once per turn

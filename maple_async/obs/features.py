@@ -177,7 +177,8 @@ _OPP_ACTIVE = [enc.OPP_TEAM + i * enc.POKE_DIM + enc.P_ACTIVE for i in range(6)]
 
 def _derive_doubles(obs: np.ndarray) -> np.ndarray:
     """Doubles (:mod:`.doubles`): the core as in singles (the deciding Pokémon against the
-    foe in position 1), and the second copy of its moves against the foe in position 2."""
+    foe in position 1), and the second copy of its moves against the foe in position 2
+    (against foe 1 while position 2 is empty)."""
     flat = obs.reshape(-1, dbl.OBS_DIM)
     core = np.ascontiguousarray(flat[:, :enc.OBS_DIM])
     other = core.copy()
@@ -185,5 +186,8 @@ def _derive_doubles(obs: np.ndarray) -> np.ndarray:
     derive(core)
     derive(other)
     flat[:, :enc.OBS_DIM] = core
-    flat[:, dbl.MOVES_B:dbl.ALLY_MOVES] = other[:, enc.MOVES:enc.FIELD]
+    # no foe in position 2: the copy is the core's (spread moves hit foe 1 alone)
+    lone = ~flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12].any(-1)
+    flat[:, dbl.MOVES_B:dbl.ALLY_MOVES] = np.where(lone[:, None], core[:, enc.MOVES:enc.FIELD],
+                                                   other[:, enc.MOVES:enc.FIELD])
     return obs
