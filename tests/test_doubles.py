@@ -220,3 +220,20 @@ async def test_a_rejected_doubles_order_undoes_both_steps_of_that_turn_only():
     assert traj.actions == [pollen_foe1, fakeout_foe2, pollen_foe1, fakeout_foe2]
     assert len(traj.obs) == len(traj.rewards) == 4
     assert traj.obs[1][dbl.X_FIRST + pollen_foe1] == 1.0 and traj.obs[1][dbl.X_SLOT + 1] == 1.0
+
+
+def test_the_move_head_reads_each_move_target_type_and_loads_checkpoints_from_before_it():
+    net = nets.build("lstm", hidden_size=32, obs_dim=dbl.OBS_DIM, n_actions=dbl.N_ACTIONS)
+    head = net.entity_head
+    old = {k: v for k, v in net.state_dict().items() if "move_target" not in k}
+    net.load_state_dict(old)  # a doubles checkpoint written before the target embedding
+    assert head.move_target.weight.abs().sum() == 0
+    torch.nn.init.normal_(head.move_target.weight)
+    obs = torch.from_numpy(derive(dbl.Turn(battle()).obs(0)[None]))
+    spread = obs.clone()
+    spread[0, dbl.X_TARGET:dbl.X_TARGET + len(dbl.TARGETS)] = 0.0
+    spread[0, dbl.X_TARGET + dbl.TARGET_INDEX["allAdjacentFoes"]] = 1.0
+    y = torch.randn(1, 32)  # the same core output: only the head sees the change
+    move1, move2 = slice(dbl.MOVE0, dbl.MOVE0 + 5), slice(dbl.MOVE0 + 5, dbl.MOVE0 + 10)
+    a, b = head(obs, y), head(spread, y)
+    assert not torch.allclose(a[0, move1], b[0, move1]) and torch.allclose(a[0, move2], b[0, move2])

@@ -64,20 +64,34 @@ class DoublesEntityHead(EntityHead):
     """:class:`EntityHead` for the doubles layout (:mod:`maple_async.obs.doubles`): move *j*
     with target *t* is scored from move block *j* derived against the foe it hits (foe 1:
     the core's moves, foe 2: the second copy; no target: their mean; ally and self: their
-    own contexts), tera variants alike; pass scores 0."""
+    own contexts), tera variants alike; pass scores 0. Each move's embedding also takes its
+    target type."""
 
     def __init__(self, hidden_size: int, d: int = 64):
         super().__init__(hidden_size, d)
         self.target_ctx = nn.Linear(hidden_size, 4 * d)  # none, foe, ally, self
         self.target_out = nn.Linear(d, 4)
+        # each move's target type (spread, single, ally, self...) into its embedding
+        self.move_target = nn.Linear(len(dbl.TARGETS), d, bias=False)
         _small(self.target_ctx, self.target_out)
+        nn.init.zeros_(self.move_target.weight)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "move_target.weight"
+        if key not in state_dict:  # a checkpoint from before it: zeros change nothing
+            state_dict[key] = torch.zeros_like(self.move_target.weight)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _moves(self, m: torch.Tensor, kind: torch.Tensor) -> torch.Tensor:
+        return self.move[3](self.move[2](self.move[1](self.move[0](m) + self.move_target(kind))))
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         own = x[..., enc.OWN_TEAM:enc.OPP_TEAM].reshape(*lead, 6, enc.POKE_DIM)
         ma = x[..., enc.MOVES:enc.FIELD].reshape(*lead, 4, enc.MOVE_DIM)
         mb = x[..., dbl.MOVES_B:dbl.ALLY_MOVES].reshape(*lead, 4, enc.MOVE_DIM)
-        pe, ea, eb = self.poke(own), self.move(ma), self.move(mb)
+        kind = x[..., dbl.X_TARGET:dbl.X_FIRST].reshape(*lead, 4, len(dbl.TARGETS))
+        pe, ea, eb = self.poke(own), self._moves(ma, kind), self._moves(mb, kind)
         switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
         pick = (pe * self.pick_ctx(y).unsqueeze(-2)).sum(-1) + self.pick_out(pe).squeeze(-1)
         ctx = self.target_ctx(y).reshape(*lead, 4, -1)  # none, foe, ally, self: [.., 4, d]
