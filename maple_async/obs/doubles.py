@@ -61,7 +61,6 @@ TARGET_INDEX = {t: i for i, t in enumerate(TARGETS)}
 _CHOICES = {"normal": (1, 2, 3), "any": (1, 2, 3), "adjacentFoe": (1, 2),
             "adjacentAlly": (3,), "adjacentAllyOrSelf": (3, 4)}
 _REDIRECT = (Effect.FOLLOW_ME, Effect.RAGE_POWDER, Effect.SPOTLIGHT)
-_PROTECT = (Effect.PROTECT, Effect.WIDE_GUARD, Effect.QUICK_GUARD)
 N_MON_FLAGS = 4
 
 MOVES_B = enc.OBS_DIM

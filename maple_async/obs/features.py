@@ -182,12 +182,12 @@ def _derive_doubles(obs: np.ndarray) -> np.ndarray:
     flat = obs.reshape(-1, dbl.OBS_DIM)
     core = np.ascontiguousarray(flat[:, :enc.OBS_DIM])
     other = core.copy()
-    other[:, _OPP_ACTIVE] = flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12]
+    # no foe in position 2: the copy keeps the core's foe (spread moves hit foe 1 alone)
+    foe2 = flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12]
+    there = foe2.any(-1)
+    other[np.ix_(there, _OPP_ACTIVE)] = foe2[there]
     derive(core)
     derive(other)
     flat[:, :enc.OBS_DIM] = core
-    # no foe in position 2: the copy is the core's (spread moves hit foe 1 alone)
-    lone = ~flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12].any(-1)
-    flat[:, dbl.MOVES_B:dbl.ALLY_MOVES] = np.where(lone[:, None], core[:, enc.MOVES:enc.FIELD],
-                                                   other[:, enc.MOVES:enc.FIELD])
+    flat[:, dbl.MOVES_B:dbl.ALLY_MOVES] = other[:, enc.MOVES:enc.FIELD]
     return obs
