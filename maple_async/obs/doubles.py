@@ -19,7 +19,10 @@ core                      ``enc.OBS_DIM``  the singles layout (:mod:`.encoding`)
                                            Pokémon's moves in request order, derived
                                            against that foe; field and flags
 moves vs foe 2            4 x MOVE_DIM     the same moves, derived against the foe in 2
-ally moves                4 x MOVE_DIM     the ally's moves (not derived)
+ally moves                4 x MOVE_DIM     the ally's moves, derived against the foe in 1
+ally moves vs foe 2       4 x MOVE_DIM     the ally's moves, derived against the foe in 2
+own team vs foe 2         6 x 3            each own Pokémon's matchup columns (offence,
+                                           defence, speed) against the foe in 2
 doubles                   ``X_DIM``        see below
 ========================  ===============  ================================================
 
@@ -65,7 +68,10 @@ N_MON_FLAGS = 4
 
 MOVES_B = enc.OBS_DIM
 ALLY_MOVES = MOVES_B + 4 * enc.MOVE_DIM
-X = ALLY_MOVES + 4 * enc.MOVE_DIM
+ALLY_MOVES_B = ALLY_MOVES + 4 * enc.MOVE_DIM
+OWN_MATCH_B = ALLY_MOVES_B + 4 * enc.MOVE_DIM
+N_MATCH = enc.P_MATCH_SPE + 1 - enc.P_MATCH_OFF  # offence, defence, speed
+X = OWN_MATCH_B + 6 * N_MATCH
 X_SLOT = X
 X_OWN_POS = X_SLOT + 2
 X_FOE_POS = X_OWN_POS + 12
@@ -75,7 +81,7 @@ X_MONS = X_FIRST + N_SLOT
 X_SHEET = X_MONS + 4 * N_MON_FLAGS
 X_DIM = X_SHEET + 1 - X
 OBS_DIM = X + X_DIM
-LAYOUT = (f"maple-obs-doubles/1 obs={OBS_DIM} core={enc.OBS_DIM} poke={enc.POKE_DIM} "
+LAYOUT = (f"maple-obs-doubles/2 obs={OBS_DIM} core={enc.OBS_DIM} poke={enc.POKE_DIM} "
           f"move={enc.MOVE_DIM} extra={X_DIM} actions={N_ACTIONS}")
 
 _FLAGS = enc.FIELD + enc.F_FLAGS
@@ -209,7 +215,8 @@ class Turn:
         mine, ally = self._moves[s], self._moves[1 - s]
         out[enc.MOVES:enc.FIELD] = mine
         out[MOVES_B:ALLY_MOVES] = mine
-        out[ALLY_MOVES:X] = ally
+        out[ALLY_MOVES:ALLY_MOVES_B] = ally
+        out[ALLY_MOVES_B:OWN_MATCH_B] = ally
         entries = self.entries[s]
         for j, e in enumerate(entries):
             t = TARGET_INDEX.get(e.get("target"))

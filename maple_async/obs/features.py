@@ -108,9 +108,33 @@ def derive(obs: np.ndarray) -> np.ndarray:
         raise ValueError(f"derive needs a C-contiguous float32 array [..., {enc.OBS_DIM}] "
                          f"(doubles: {dbl.OBS_DIM}), got {obs.dtype} {obs.shape}")
     flat = obs.reshape(-1, enc.OBS_DIM)
+    if flat.shape[0]:
+        _derive_core(flat)
+    return obs
+
+
+def _combos(types: np.ndarray) -> np.ndarray:
+    """The type set (an index into _SETS) of each types multi-hot ``[..., N_TYPES]``."""
+    key = np.rint(types.reshape(-1, enc.N_TYPES) @ _KEY_W)
+    key = key[:, 0] * _KEY_STRIDE + key[:, 1]
+    return _COMBO[np.clip(key, 0, len(_COMBO) - 1).astype(np.intp)].reshape(types.shape[:-1])
+
+
+def _fighting(blocks: np.ndarray) -> tuple:
+    """Of Pokémon blocks ``[..., POKE_DIM]`` in battle: stats, atk def spa spd spe boosted,
+    and log2 of the speed (boosted, halved by paralysis)."""
+    stats = np.rint(blocks[..., _STATS] * 400.0)
+    b = np.rint(blocks[..., enc.P_BOOSTS:enc.P_BOOSTS + 5] * 6.0)
+    boosted = stats[..., 1:] * np.where(b >= 0, (2.0 + b) / 2.0, 2.0 / (2.0 - np.minimum(b, 0.0)))
+    spe = np.where(blocks[..., _PAR] > 0, boosted[..., 4] * 0.5, boosted[..., 4])
+    return stats, boosted, np.log2(np.maximum(spe, 1.0))
+
+
+def _derive_core(flat: np.ndarray) -> tuple:
+    """The singles columns of ``flat [n, >= enc.OBS_DIM]`` (in place); returns what doubles
+    reuses: the Pokémon blocks, their type sets, log2 speeds and presence, and each side's
+    active block, type set, whether it has one, and its boosted stats."""
     n = flat.shape[0]
-    if n == 0:
-        return obs
     poke = flat[:, :enc.MOVES].reshape(n, 2, 6, enc.POKE_DIM)  # [n, side, slot, feature]
     act = poke[..., enc.P_ACTIVE] > 0
     has = act.any(-1)
@@ -122,72 +146,95 @@ def derive(obs: np.ndarray) -> np.ndarray:
     active[~has] = 0.0
 
     # Every block's type set, and the actives'.
-    key = np.rint(poke[..., _TYPES].reshape(-1, enc.N_TYPES) @ _KEY_W)
-    key = key[:, 0] * _KEY_STRIDE + key[:, 1]
-    combo = _COMBO[np.clip(key, 0, len(_COMBO) - 1).astype(np.intp)].reshape(n, 2, 6)
+    combo = _combos(poke[..., _TYPES])
     a_combo = combo.reshape(2 * n, 6)[rows, ai].reshape(n, 2)
     a_combo[~has] = 0
 
     # Matchups of every block against the other side's active Pokémon.
     match = np.empty((n, 2, 6, 3), np.float32)
     match[..., :2] = _MATCH[combo, a_combo[:, ::-1, None]]
-    a_stats = np.rint(active[..., _STATS] * 400.0)
-    # atk def spa spd spe of each active Pokémon, boosted.
-    b = np.rint(active[..., enc.P_BOOSTS:enc.P_BOOSTS + 5] * 6.0)
-    boosted = a_stats[..., 1:] * np.where(b >= 0, (2.0 + b) / 2.0, 2.0 / (2.0 - np.minimum(b, 0.0)))
-    a_spe = np.where(active[..., _PAR] > 0, boosted[..., 4] * 0.5, boosted[..., 4])
-    a_lspe = np.log2(np.maximum(a_spe, 1.0))  # [n, side]
+    a_stats, boosted, a_lspe = _fighting(active)  # [n, side, ...]
     lspe = np.where(act, a_lspe[..., None],
                     np.log2(np.maximum(np.rint(poke[..., enc.P_STATS + _SPE] * 400.0), 1.0)))
     match[..., 2] = np.clip((lspe - a_lspe[:, ::-1, None]) * 0.5, -1.0, 1.0)
-    match[~((poke[..., enc.P_PRESENT] > 0) & both[:, None, None])] = 0.0
+    present = poke[..., enc.P_PRESENT] > 0
+    match[~(present & both[:, None, None])] = 0.0
     poke[..., enc.P_MATCH_OFF:enc.P_MATCH_SPE + 1] = match
 
     # The own active Pokémon's moves against the opponent's active Pokémon.
-    mv = flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM)
+    _derive_moves(flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM), active[:, 0], active[:, 1],
+                  a_combo[:, 0], a_combo[:, 1], boosted[:, 0], boosted[:, 1], a_stats[:, 1], both)
+    return poke, combo, lspe, present, active, a_combo, has, boosted
+
+
+def _derive_moves(mv, att, dfn, att_combo, dfn_combo, att_boosted, dfn_boosted, dfn_stats, both) -> None:
+    """The derived columns of move blocks ``mv [..., 4, MOVE_DIM]`` (in place), used by an
+    attacker against a defender: their blocks ``[..., POKE_DIM]``, type sets, boosted
+    stats, the defender's stats, and whether both are there (leading shapes alike)."""
     mtype = np.clip(np.rint(mv[..., enc.M_TYPE:enc.M_TYPE + enc.N_TYPES] @ _KEY_W[:, 0]),
                     0, enc.N_TYPES).astype(np.intp)  # 0: no type, t + 1: type t
-    opp_combo = a_combo[:, 1:]
+    opp_combo = dfn_combo[..., None]
     lmult = _MOVE_LOG[mtype, opp_combo]
     immune = lmult < -500.0
-    stab = _STAB[mtype, a_combo[:, :1]]
+    stab = _STAB[mtype, att_combo[..., None]]
     physical = mv[..., enc.M_CATEGORY] > 0
     attacking = (mtype > 0) & (mv[..., enc.M_CATEGORY + 2] <= 0)
     effective = attacking & (opp_combo > 0)
     mv[..., enc.M_IMMUNE] = effective & immune
     mv[..., enc.M_EFFECT] = np.where(effective & ~immune, lmult * 0.5, 0.0)
     mv[..., enc.M_STAB] = stab
-    attack = np.where(physical, boosted[:, 0, 0:1], boosted[:, 0, 2:3])
-    defence = np.where(physical, boosted[:, 1, 1:2], boosted[:, 1, 3:4])
-    level = np.rint(active[:, 0, enc.P_LEVEL] * 100.0)
+    attack = np.where(physical, att_boosted[..., 0:1], att_boosted[..., 2:3])
+    defence = np.where(physical, dfn_boosted[..., 1:2], dfn_boosted[..., 3:4])
+    level = np.rint(att[..., enc.P_LEVEL] * 100.0)
     power = np.rint(mv[..., enc.M_POWER] * 100.0)
-    d = ((2.0 * level / 5.0 + 2.0)[:, None] * power * attack / np.maximum(defence, 1e-6)) / 50.0 + 2.0
+    d = ((2.0 * level / 5.0 + 2.0)[..., None] * power * attack / np.maximum(defence, 1e-6)) / 50.0 + 2.0
     d *= np.exp2(np.maximum(lmult, -30.0)) * mv[..., enc.M_ACCURACY] * 0.925 * np.where(stab, 1.5, 1.0)
-    d = np.where((active[:, 0, _BRN] > 0)[:, None] & physical, d * 0.5, d)
-    hp = active[:, 1, enc.P_HP]  # the opponent's HP fraction (0: unknown, counted full)
-    frac = d / np.maximum(a_stats[:, 1, _HP] * np.where(hp > 0, hp, 1.0), 1.0)[:, None]
-    hits = attacking & ~immune & (power > 0) & both[:, None]
+    d = np.where((att[..., _BRN] > 0)[..., None] & physical, d * 0.5, d)
+    hp = dfn[..., enc.P_HP]  # the defender's HP fraction (0: unknown, counted full)
+    frac = d / np.maximum(dfn_stats[..., _HP] * np.where(hp > 0, hp, 1.0), 1.0)[..., None]
+    hits = attacking & ~immune & (power > 0) & both[..., None]
     mv[..., enc.M_DAMAGE] = np.where(hits, np.minimum(frac, 2.0) * 0.5, 0.0)
     mv[..., enc.M_KO] = hits & (frac >= 1.0)
-    return obs
 
 
-_OPP_ACTIVE = [enc.OPP_TEAM + i * enc.POKE_DIM + enc.P_ACTIVE for i in range(6)]
+def _pick(blocks: np.ndarray, onehot: np.ndarray, fallback, fallback_combo, combo):
+    """Per row, the block ``[n, 6, ...]`` a one-hot ``[n, 6]`` names (else the fallback),
+    with its type set; and whether one was named."""
+    named = onehot.any(-1)
+    i = onehot.argmax(-1)
+    rows = np.arange(len(i))
+    blk = np.where(named[:, None], blocks[rows, i], fallback)
+    return blk, np.where(named, combo[rows, i], fallback_combo), named
 
 
 def _derive_doubles(obs: np.ndarray) -> np.ndarray:
     """Doubles (:mod:`.doubles`): the core as in singles (the deciding Pokémon against the
-    foe in position 1), and the second copy of its moves against the foe in position 2
-    (against foe 1 while position 2 is empty)."""
+    foe in position 1); its moves and the own team's matchups against the foe in position 2
+    (against foe 1 while position 2 is empty); the ally's moves against both foes."""
     flat = obs.reshape(-1, dbl.OBS_DIM)
-    core = np.ascontiguousarray(flat[:, :enc.OBS_DIM])
-    other = core.copy()
-    # no foe in position 2: the copy keeps the core's foe (spread moves hit foe 1 alone)
-    foe2 = flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12]
-    there = foe2.any(-1)
-    other[np.ix_(there, _OPP_ACTIVE)] = foe2[there]
-    derive(core)
-    derive(other)
-    flat[:, :enc.OBS_DIM] = core
-    flat[:, dbl.MOVES_B:dbl.ALLY_MOVES] = other[:, enc.MOVES:enc.FIELD]
+    n = flat.shape[0]
+    if n == 0:
+        return obs
+    poke, combo, lspe, present, active, a_combo, has, boosted = _derive_core(flat)
+    foe2, foe2_combo, there = _pick(poke[:, 1], flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12],
+                                    active[:, 1], a_combo[:, 1], combo[:, 1])
+    second = flat[:, dbl.X_SLOT + 1:dbl.X_SLOT + 2] > 0  # slot 2 decides: the ally is in 1
+    ally_pos = np.where(second, flat[:, dbl.X_OWN_POS:dbl.X_OWN_POS + 6],
+                        flat[:, dbl.X_OWN_POS + 6:dbl.X_OWN_POS + 12])
+    ally, ally_combo, ally_there = _pick(poke[:, 0], ally_pos, 0.0, 0, combo[:, 0])
+    foe2_has = there | has[:, 1]
+    # three move blocks in a row: own vs foe 2, ally vs foe 1, ally vs foe 2
+    att = np.stack([active[:, 0], ally, ally], 1)
+    dfn = np.stack([foe2, active[:, 1], foe2], 1)
+    _, att_boosted, _ = _fighting(att)
+    dfn_stats, dfn_boosted, dfn_lspe = _fighting(dfn)
+    _derive_moves(flat[:, dbl.MOVES_B:dbl.OWN_MATCH_B].reshape(n, 3, 4, enc.MOVE_DIM), att, dfn,
+                  np.stack([a_combo[:, 0], ally_combo, ally_combo], 1),
+                  np.stack([foe2_combo, a_combo[:, 1], foe2_combo], 1), att_boosted, dfn_boosted, dfn_stats,
+                  np.stack([has[:, 0] & foe2_has, ally_there & has[:, 1], ally_there & foe2_has], 1))
+    match = np.empty((n, 6, dbl.N_MATCH), np.float32)
+    match[..., :2] = _MATCH[combo[:, 0], foe2_combo[:, None]]
+    match[..., 2] = np.clip((lspe[:, 0] - dfn_lspe[:, :1]) * 0.5, -1.0, 1.0)
+    match[~(present[:, 0] & (has[:, 0] & foe2_has)[:, None])] = 0.0
+    flat[:, dbl.OWN_MATCH_B:dbl.X] = match.reshape(n, -1)
     return obs
