@@ -173,6 +173,27 @@ def test_with_one_foe_left_both_move_copies_are_against_it():
     assert not np.array_equal(two[enc.MOVES:enc.FIELD], two[dbl.MOVES_B:dbl.ALLY_MOVES])
 
 
+def test_each_slot_sees_the_ally_moves_as_the_ally_sees_its_own():
+    turn = dbl.Turn(battle())
+    o0, o1 = derive(np.stack([turn.obs(0), turn.obs(1, first=dbl.MOVE0 + 6)]))
+    # slot 1's view of the ally's moves, against each foe, is slot 2's view of its own moves
+    assert np.array_equal(o0[dbl.ALLY_MOVES:dbl.ALLY_MOVES_B], o1[enc.MOVES:enc.FIELD])
+    assert np.array_equal(o0[dbl.ALLY_MOVES_B:dbl.OWN_MATCH_B], o1[dbl.MOVES_B:dbl.ALLY_MOVES])
+    assert np.array_equal(o1[dbl.ALLY_MOVES:dbl.ALLY_MOVES_B], o0[enc.MOVES:enc.FIELD])
+    heatwave = o1[enc.MOVES:enc.FIELD].reshape(4, enc.MOVE_DIM)[0]
+    assert heatwave[enc.M_DAMAGE] > 0 and not np.array_equal(o0[dbl.ALLY_MOVES:dbl.ALLY_MOVES_B],
+                                                               o0[dbl.ALLY_MOVES_B:dbl.OWN_MATCH_B])
+    # the own team against the foe in 2 (Flutter Mane) differs from against 1 (Tornadus);
+    # with one foe left, both are against it
+    own_b = o0[dbl.OWN_MATCH_B:dbl.X].reshape(6, dbl.N_MATCH)[:4]
+    assert np.abs(own_b).sum() > 0 and not np.array_equal(own_b, _matchups(o0))
+    alone = derive(dbl.Turn(battle(foes=("p2a",))).obs(0)[None])[0]
+    assert np.array_equal(alone[dbl.OWN_MATCH_B:dbl.X].reshape(6, dbl.N_MATCH)[:4], _matchups(alone))
+    # no ally (the team preview has no active Pokémon): nothing derived for it
+    preview = derive(dbl.encode_preview(battle(), [], 4)[None])[0]
+    assert not preview[dbl.ALLY_MOVES:dbl.X].any()
+
+
 def test_a_pokemon_that_protected_last_turn_is_flagged():
     b = battle()
     flag = dbl.X_MONS + 0 * dbl.N_MON_FLAGS + 3

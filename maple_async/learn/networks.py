@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..obs import doubles as dbl
 from ..obs import encoding as enc
@@ -60,6 +61,12 @@ class EntityHead(nn.Module):
         return torch.cat([switch, move, other, move, pick], dim=-1)
 
 
+# copy a / b x (none, foe, ally, self) -> targets none, foe 1, foe 2, ally, self
+_TARGET_PICK = torch.zeros(8, 5)
+_TARGET_PICK[0, 0] = _TARGET_PICK[4, 0] = 0.5
+_TARGET_PICK[1, 1] = _TARGET_PICK[5, 2] = _TARGET_PICK[2, 3] = _TARGET_PICK[3, 4] = 1.0
+
+
 class DoublesEntityHead(EntityHead):
     """:class:`EntityHead` for the doubles layout (:mod:`maple_async.obs.doubles`): move *j*
     with target *t* is scored from move block *j* derived against the foe it hits (foe 1:
@@ -75,6 +82,7 @@ class DoublesEntityHead(EntityHead):
         self.move_target = nn.Linear(len(dbl.TARGETS), d, bias=False)
         _small(self.target_ctx, self.target_out)
         nn.init.zeros_(self.move_target.weight)
+        self.register_buffer("_pick_targets", _TARGET_PICK.clone(), persistent=False)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + "move_target.weight"
@@ -82,26 +90,27 @@ class DoublesEntityHead(EntityHead):
             state_dict[key] = torch.zeros_like(self.move_target.weight)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _moves(self, m: torch.Tensor, kind: torch.Tensor) -> torch.Tensor:
-        return self.move[3](self.move[2](self.move[1](self.move[0](m) + self.move_target(kind))))
-
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # few, larger tensor ops: on a small acting batch each op's overhead is the cost
         lead = x.shape[:-1]
+        d = self.poke_ctx.out_features
         own = x[..., enc.OWN_TEAM:enc.OPP_TEAM].reshape(*lead, 6, enc.POKE_DIM)
-        ma = x[..., enc.MOVES:enc.FIELD].reshape(*lead, 4, enc.MOVE_DIM)
-        mb = x[..., dbl.MOVES_B:dbl.ALLY_MOVES].reshape(*lead, 4, enc.MOVE_DIM)
-        kind = x[..., dbl.X_TARGET:dbl.X_FIRST].reshape(*lead, 4, len(dbl.TARGETS))
-        pe, ea, eb = self.poke(own), self._moves(ma, kind), self._moves(mb, kind)
-        switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
-        pick = (pe * self.pick_ctx(y).unsqueeze(-2)).sum(-1) + self.pick_out(pe).squeeze(-1)
-        ctx = self.target_ctx(y).reshape(*lead, 4, -1)  # none, foe, ally, self: [.., 4, d]
-        # every move block against every context (and the affine out): [.., 4 moves, 4]
-        sa = ea @ ctx.transpose(-1, -2) + self.target_out(ea)
-        sb = eb @ ctx.transpose(-1, -2) + self.target_out(eb)
+        m = torch.stack((x[..., enc.MOVES:enc.FIELD], x[..., dbl.MOVES_B:dbl.ALLY_MOVES]), -2)
+        kind = self.move_target(x[..., dbl.X_TARGET:dbl.X_FIRST].reshape(*lead, 1, 4, len(dbl.TARGETS)))
+        pe = self.poke(own)  # [.., 6, d]
+        e = self.move[0](m.reshape(*lead, 2, 4, enc.MOVE_DIM)) + kind
+        e = self.move[3](self.move[2](self.move[1](e)))  # [.., copy a / b, 4 moves, d]
+        # switch and pick: both contexts, both affine outs, in one product each: [.., 6, 2]
+        ctx = torch.stack((self.poke_ctx(y), self.pick_ctx(y)), -1)
+        out_w = torch.cat((self.poke_out.weight, self.pick_out.weight))
+        out_b = torch.cat((self.poke_out.bias, self.pick_out.bias))
+        sp = pe @ ctx + F.linear(pe, out_w, out_b)
+        # every move copy against every target context (none, foe, ally, self): [.., 2, 4, 4]
+        tctx = self.target_ctx(y).reshape(*lead, 1, 4, d)
+        s = e @ tctx.transpose(-1, -2) + self.target_out(e)
         # targets none (both copies' mean), foe 1 (copy a), foe 2 (copy b), ally, self
-        move = torch.stack([(sa[..., 0] + sb[..., 0]) * 0.5, sa[..., 1], sb[..., 1], sa[..., 2], sa[..., 3]],
-                           dim=-1).reshape(*lead, 20)
-        return torch.cat([switch, move, move, switch.new_zeros(*lead, 1), pick], dim=-1)
+        move = (s.transpose(-3, -2).reshape(*lead, 4, 8) @ self._pick_targets).reshape(*lead, 20)
+        return torch.cat([sp[..., 0], move, move, sp.new_zeros(*lead, 1), sp[..., 1]], dim=-1)
 
 
 class PolicyNetwork(nn.Module):
