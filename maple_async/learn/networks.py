@@ -93,7 +93,6 @@ class DoublesEntityHead(EntityHead):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # few, larger tensor ops: on a small acting batch each op's overhead is the cost
         lead = x.shape[:-1]
-        d = self.poke_ctx.out_features
         own = x[..., enc.OWN_TEAM:enc.OPP_TEAM].reshape(*lead, 6, enc.POKE_DIM)
         m = torch.stack((x[..., enc.MOVES:enc.FIELD], x[..., dbl.MOVES_B:dbl.ALLY_MOVES]), -2)
         kind = self.move_target(x[..., dbl.X_TARGET:dbl.X_FIRST].reshape(*lead, 1, 4, len(dbl.TARGETS)))
@@ -106,7 +105,7 @@ class DoublesEntityHead(EntityHead):
         out_b = torch.cat((self.poke_out.bias, self.pick_out.bias))
         sp = pe @ ctx + F.linear(pe, out_w, out_b)
         # every move copy against every target context (none, foe, ally, self): [.., 2, 4, 4]
-        tctx = self.target_ctx(y).reshape(*lead, 1, 4, d)
+        tctx = self.target_ctx(y).reshape(*lead, 1, 4, -1)
         s = e @ tctx.transpose(-1, -2) + self.target_out(e)
         # targets none (both copies' mean), foe 1 (copy a), foe 2 (copy b), ally, self
         move = (s.transpose(-3, -2).reshape(*lead, 4, 8) @ self._pick_targets).reshape(*lead, 20)

@@ -151,20 +151,27 @@ def _derive_core(flat: np.ndarray) -> tuple:
     a_combo[~has] = 0
 
     # Matchups of every block against the other side's active Pokémon.
-    match = np.empty((n, 2, 6, 3), np.float32)
-    match[..., :2] = _MATCH[combo, a_combo[:, ::-1, None]]
     a_stats, boosted, a_lspe = _fighting(active)  # [n, side, ...]
     lspe = np.where(act, a_lspe[..., None],
                     np.log2(np.maximum(np.rint(poke[..., enc.P_STATS + _SPE] * 400.0), 1.0)))
-    match[..., 2] = np.clip((lspe - a_lspe[:, ::-1, None]) * 0.5, -1.0, 1.0)
     present = poke[..., enc.P_PRESENT] > 0
-    match[~(present & both[:, None, None])] = 0.0
-    poke[..., enc.P_MATCH_OFF:enc.P_MATCH_SPE + 1] = match
+    poke[..., enc.P_MATCH_OFF:enc.P_MATCH_SPE + 1] = _matchups(
+        combo, lspe, a_combo[:, ::-1, None], a_lspe[:, ::-1, None], present & both[:, None, None])
 
     # The own active Pokémon's moves against the opponent's active Pokémon.
     _derive_moves(flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM), active[:, 0], active[:, 1],
                   a_combo[:, 0], a_combo[:, 1], boosted[:, 0], boosted[:, 1], a_stats[:, 1], both)
     return poke, combo, lspe, present, active, a_combo, has, boosted
+
+
+def _matchups(combo, lspe, vs_combo, vs_lspe, keep) -> np.ndarray:
+    """Matchup columns (offence, defence, speed) of Pokémon blocks, given their type sets and
+    log2 speeds, against a Pokémon's (broadcast alike); zero where ``keep`` is false."""
+    match = np.empty((*combo.shape, 3), np.float32)
+    match[..., :2] = _MATCH[combo, vs_combo]
+    match[..., 2] = np.clip((lspe - vs_lspe) * 0.5, -1.0, 1.0)
+    match[~keep] = 0.0
+    return match
 
 
 def _derive_moves(mv, att, dfn, att_combo, dfn_combo, att_boosted, dfn_boosted, dfn_stats, both) -> None:
@@ -232,9 +239,7 @@ def _derive_doubles(obs: np.ndarray) -> np.ndarray:
                   np.stack([a_combo[:, 0], ally_combo, ally_combo], 1),
                   np.stack([foe2_combo, a_combo[:, 1], foe2_combo], 1), att_boosted, dfn_boosted, dfn_stats,
                   np.stack([has[:, 0] & foe2_has, ally_there & has[:, 1], ally_there & foe2_has], 1))
-    match = np.empty((n, 6, dbl.N_MATCH), np.float32)
-    match[..., :2] = _MATCH[combo[:, 0], foe2_combo[:, None]]
-    match[..., 2] = np.clip((lspe[:, 0] - dfn_lspe[:, :1]) * 0.5, -1.0, 1.0)
-    match[~(present[:, 0] & (has[:, 0] & foe2_has)[:, None])] = 0.0
+    match = _matchups(combo[:, 0], lspe[:, 0], foe2_combo[:, None], dfn_lspe[:, :1],
+                      present[:, 0] & (has[:, 0] & foe2_has)[:, None])
     flat[:, dbl.OWN_MATCH_B:dbl.X] = match.reshape(n, -1)
     return obs
