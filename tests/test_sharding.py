@@ -89,6 +89,36 @@ async def test_killed_worker_is_replaced(tmp_path):
     assert trainer.counters["battles"] >= 80
 
 
+async def test_shards_hold_while_the_learner_takes_nothing(tmp_path):
+    """A learner that reads nothing for 20 s: each shard stops deciding once its trajectories
+    waiting for the learner reach its share of an update (16 // 2 shards = 8), instead of
+    queueing finished battles without bound; reading them lets it go on."""
+    cfg = _cfg(tmp_path)
+    cfg.train.opponents = "self:1.0"
+    tp = ProcessTransport(cfg, quiet=True)
+    trainer = LearningLoop(cfg, "cpu", quiet=True)
+    stop = asyncio.Event()
+    await tp.start(trainer.weights_msg())
+    try:
+        got = []
+        while len(got) < 2:  # both shards are playing
+            got += await tp.wait(2, stop)
+        await asyncio.sleep(20)
+        queued = []
+        for _ in range(3):
+            queued += await tp.wait(1, stop, timeout=0.3)
+        # per shard: 8 queued, up to 8 battles already past their last decision, one in the pipe
+        assert len(queued) <= 2 * (8 + 8 + 1), len(queued)
+        held = [sh.stats.get("backlog_held_s", 0) for sh in tp.shards]
+        assert min(held) > 5, held
+        later = []
+        for _ in range(20):
+            later += await tp.wait(4, stop, timeout=0.5)
+        assert later, "the shards never went on after the learner read their backlog"
+    finally:
+        await tp.stop()
+
+
 async def test_ray_backend_two_actors(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'maple-async[ray]')")
     from maple_async.run.transports import RayTransport

@@ -133,14 +133,58 @@ def weights_checksum(state_dict: dict) -> float:
     return float(sum(float(v.double().sum()) for v in state_dict.values()))
 
 
+class ShardHold:
+    """Holds a shard's decisions for either of two reasons: the learner asked (it is behind
+    with what it already has), or the shard's own trajectories not yet taken by the learner
+    reached ``limit``; that hold ends when they fall to half of it. Without the second, a
+    learner slower than its shards leaves them queueing finished battles without bound:
+    memory grows and every update learns from older and older play."""
+
+    def __init__(self, pause: Callable[[bool], None], queued: Callable[[], int], limit: int):
+        self._pause, self._queued, self.limit = pause, queued, max(int(limit), 1)
+        self.by_learner = self.by_backlog = self._held = False
+        self.backlog_s = 0.0  # seconds held for the backlog
+        self._since: Optional[float] = None
+
+    def learner(self, paused: bool) -> None:
+        self.by_learner = paused
+        self._apply()
+
+    def check(self, now: Optional[float] = None) -> None:
+        n = self._queued()
+        if not self.by_backlog and n >= self.limit:
+            self.by_backlog = True
+        elif self.by_backlog and n <= self.limit // 2:
+            self.by_backlog = False
+        now = time.perf_counter() if now is None else now
+        if self.by_backlog and self._since is None:
+            self._since = now
+        elif not self.by_backlog and self._since is not None:
+            self.backlog_s += now - self._since
+            self._since = None
+        self._apply()
+
+    def held_s(self, now: Optional[float] = None) -> float:
+        now = time.perf_counter() if now is None else now
+        return self.backlog_s + (now - self._since if self._since is not None else 0.0)
+
+    def _apply(self) -> None:
+        held = self.by_learner or self.by_backlog
+        if held != self._held:
+            self._held = held
+            self._pause(held)
+
+
 async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
                     recv: Callable[[], Awaitable[Optional[dict]]],
-                    alive: Callable[[], bool] = lambda: True) -> None:
+                    alive: Callable[[], bool] = lambda: True,
+                    queued: Callable[[], int] = lambda: 0) -> None:
     """One shard: a collector on its own server, talking to the learner by messages.
 
     ``send(msg)`` ships ``("traj" | "stats" | "done", shard, payload)``; ``await recv()``
-    returns the next weights message, or None to stop. The same body runs in a spawned
-    process (pipes) and in a Ray actor (actor method calls).
+    returns the next weights message, or None to stop; ``queued()`` counts the trajectories
+    sent but not yet taken by the learner. The same body runs in a spawned process
+    (pipes) and in a Ray actor (actor method calls).
     """
     from ..server import group_cpu_s
     from ..showdown import showdown_for
@@ -148,8 +192,11 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
     def on_trajectory(traj) -> None:
         send(("traj", shard, PackedTrajectory(traj.arrays(), traj.outcome, traj.opponent,
                                               dict(traj.reward_totals), shard)))
+        hold.check()
 
     col = Collector(cfg, cfg.runner.device, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
+    # One update's share per shard may wait for the learner; past it the shard holds.
+    hold = ShardHold(col.pause, queued, max(cfg.train.battles_per_update // cfg.train.shards, 8))
     first = await recv()  # initial weights before any battle
     if first is None:
         return
@@ -162,9 +209,15 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
                 col.request_stop("learner asked to stop")
                 return
             if "pause" in msg:
-                col.pause(msg["pause"])
+                hold.learner(msg["pause"])
             else:
                 col.apply(msg)
+
+    async def release():
+        while True:
+            await asyncio.sleep(0.05)
+            if hold.by_backlog:
+                hold.check()
 
     async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
         def stats() -> dict:
@@ -173,7 +226,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             return {"battles": a.stats.battles, "decisions": c["dec"], "batches": c["bat"], "bdec": c["bdec"],
                     "version": a.policy.version, "checksum": weights_checksum(a.policy.network.state_dict()),
                     "server_restarts": server.restarts, "url": str(server.url), "faults": col.faults,
-                    "cpu_s": time.process_time(),
+                    "cpu_s": time.process_time(), "backlog_held_s": hold.held_s(),
                     "server_cpu_s": group_cpu_s(server.managed.pid if server.managed else None)}
 
         async def report():
@@ -184,7 +237,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
                 await asyncio.sleep(1.0)
 
         loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(listen()), loop.create_task(report())]
+        tasks = [loop.create_task(listen()), loop.create_task(report()), loop.create_task(release())]
         try:
             await col.run(server)
         finally:
@@ -209,11 +262,17 @@ class _PipeSender:
     def __init__(self, conn):
         self.conn = conn
         self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self._put = self._sent = 0  # trajectories; each counter written by one thread only
         self.thread = threading.Thread(target=self._run, name="maple-shard-sender", daemon=True)
         self.thread.start()
 
     def __call__(self, msg) -> None:
+        self._put += msg[0] == "traj"
         self.q.put(msg)
+
+    def queued(self) -> int:
+        """Trajectories handed to this sender and not yet written to the pipe."""
+        return self._put - self._sent
 
     def _run(self) -> None:
         while True:
@@ -224,6 +283,7 @@ class _PipeSender:
                 self.conn.send(msg)
             except (OSError, ValueError):
                 return  # the learner is gone
+            self._sent += msg[0] == "traj"
 
     def close(self, timeout: float = 60.0) -> None:
         """Flush what is queued (the last trajectories, "done"), then close."""
@@ -242,7 +302,7 @@ def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
     send = _PipeSender(conn)
     try:
         run_async(run_shard(shard, cfg, send, lambda: asyncio.to_thread(in_q.get),
-                            alive=lambda: os.getppid() == parent))
+                            alive=lambda: os.getppid() == parent, queued=send.queued))
     finally:
         send.close()
 
@@ -400,7 +460,7 @@ class ProcessTransport:
             if not self._alive(sh) and not sh.done:
                 self._print(f"[train] shard {sh.index} worker died (exit {self._exit_code(sh)}); its "
                             f"in-flight battles are dropped; starting a replacement")
-                for k in self.COUNTERS:
+                for k in (*self.COUNTERS, "backlog_held_s"):
                     sh.retired[k] = sh.retired.get(k, 0) + sh.stats.get(k, 0)
                 sh.stats = {}
                 sh.worker, sh.inbox = self._spawn(sh.index, self._last_msg)
@@ -441,15 +501,19 @@ class ProcessTransport:
 
     def report(self, seconds: float) -> str:
         lines = ["[train] per shard:"]
-        tb = td = 0
+        tb = td = held = 0
         for sh in self.shards:
             b, d = self._total(sh, "battles"), self._total(sh, "decisions")
             nb, bd = self._total(sh, "batches"), self._total(sh, "bdec")
-            tb, td = tb + b, td + d
+            h = self._total(sh, "backlog_held_s") / max(seconds, 1e-9)
+            tb, td, held = tb + b, td + d, held + h
             lines.append(f"  shard {sh.index}: {b / seconds:.2f} battle sides/s, {d / seconds:.0f} decisions/s, "
-                         f"mean batch {bd / nb if nb else 0:.1f}, worker restarts {sh.restarts}, "
-                         f"server restarts {sh.stats.get('server_restarts', 0)}")
+                         f"mean batch {bd / nb if nb else 0:.1f}, held for the learner {h:.0%}, "
+                         f"worker restarts {sh.restarts}, server restarts {sh.stats.get('server_restarts', 0)}")
         lines.append(f"  total:   {tb / seconds:.2f} battle sides/s, {td / seconds:.0f} decisions/s")
+        if self.shards and held / len(self.shards) >= 0.1:
+            lines.append(f"  the shards waited {held / len(self.shards):.0%} of the time for the learner to take "
+                         f"their battles: a larger train.battles_per_update makes fewer, larger updates")
         return "\n".join(lines)
 
 
@@ -480,7 +544,8 @@ class _ShardActor:
         from ..config import from_saved
         cfg = from_saved(self.cfg_dict)
         setup_battle_process(cfg, seed=True)
-        await run_shard(self.shard, cfg, self.outbox.append, self._q().get)
+        await run_shard(self.shard, cfg, self.outbox.append, self._q().get,
+                        queued=lambda: sum(m[0] == "traj" for m in self.outbox))
         return True
 
 
