@@ -143,8 +143,8 @@ class ShardHold:
     def __init__(self, pause: Callable[[bool], None], queued: Callable[[], int], limit: int):
         self._pause, self._queued, self.limit = pause, queued, max(int(limit), 1)
         self.by_learner = self.by_backlog = self._held = False
-        self.backlog_s = 0.0  # seconds held for the backlog
-        self._since: Optional[float] = None
+        self.backlog_s = 0.0  # seconds of finished backlog holds
+        self._since = 0.0  # when the current backlog hold began
 
     def learner(self, paused: bool) -> None:
         self.by_learner = paused
@@ -153,20 +153,16 @@ class ShardHold:
     def check(self, now: Optional[float] = None) -> None:
         n = self._queued()
         if not self.by_backlog and n >= self.limit:
-            self.by_backlog = True
+            self.by_backlog, self._since = True, time.perf_counter() if now is None else now
         elif self.by_backlog and n <= self.limit // 2:
             self.by_backlog = False
-        now = time.perf_counter() if now is None else now
-        if self.by_backlog and self._since is None:
-            self._since = now
-        elif not self.by_backlog and self._since is not None:
-            self.backlog_s += now - self._since
-            self._since = None
+            self.backlog_s += (time.perf_counter() if now is None else now) - self._since
         self._apply()
 
     def held_s(self, now: Optional[float] = None) -> float:
-        now = time.perf_counter() if now is None else now
-        return self.backlog_s + (now - self._since if self._since is not None else 0.0)
+        if not self.by_backlog:
+            return self.backlog_s
+        return self.backlog_s + (time.perf_counter() if now is None else now) - self._since
 
     def _apply(self) -> None:
         held = self.by_learner or self.by_backlog
