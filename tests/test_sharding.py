@@ -94,7 +94,7 @@ async def test_shards_hold_while_the_learner_takes_nothing(tmp_path):
     waiting for the learner reach its share of an update (16 // 2 shards = 8), instead of
     queueing finished battles without bound; reading them lets it go on."""
     cfg = _cfg(tmp_path)
-    cfg.train.opponents = "self:1.0"
+    cfg.train.opponents = "random:1.0"  # one learner trajectory a battle (self-play gives two)
     tp = ProcessTransport(cfg, quiet=True)
     trainer = LearningLoop(cfg, "cpu", quiet=True)
     stop = asyncio.Event()
@@ -109,12 +109,13 @@ async def test_shards_hold_while_the_learner_takes_nothing(tmp_path):
             queued += await tp.wait(1, stop, timeout=0.3)
         # per shard: 8 queued, up to 8 battles already past their last decision, one in the pipe
         assert len(queued) <= 2 * (8 + 8 + 1), len(queued)
-        held = [sh.stats.get("backlog_held_s", 0) for sh in tp.shards]
-        assert min(held) > 5, held
         later = []
         for _ in range(20):
             later += await tp.wait(4, stop, timeout=0.5)
         assert later, "the shards never went on after the learner read their backlog"
+        # read after the backlog: each shard's stats sent behind its queued trajectories
+        held = [sh.stats.get("backlog_held_s", 0) for sh in tp.shards]
+        assert min(held) > 5, held
     finally:
         await tp.stop()
 
