@@ -222,7 +222,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
             return {"battles": a.stats.battles, "decisions": c["dec"], "batches": c["bat"], "bdec": c["bdec"],
                     "version": a.policy.version, "checksum": weights_checksum(a.policy.network.state_dict()),
                     "server_restarts": server.restarts, "url": str(server.url), "faults": col.faults,
-                    "cpu_s": time.process_time(), "backlog_held_s": hold.held_s(),
+                    "cpu_s": time.process_time(), "backlog_held_s": hold.held_s(), "queued": queued(),
                     "server_cpu_s": group_cpu_s(server.managed.pid if server.managed else None)}
 
         async def report():
