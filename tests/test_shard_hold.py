@@ -43,3 +43,16 @@ def test_the_learner_and_the_backlog_hold_independently():
     hold.learner(False)  # the backlog still holds
     assert calls == [True, False, True]
     assert hold.held_s(3.0) == 2.0  # 1 s earlier plus 1 s so far
+
+
+def test_each_worker_holds_at_its_share_of_an_update():
+    """The worker's own config says one shard, so the learner side writes each worker's
+    share into it: with 8 shards a shard holds at 2048 / 8, not at a whole update."""
+    from maple_async.config import Config
+    from maple_async.run.transports import ProcessTransport
+
+    cfg = Config()
+    for shards, per_update, share in ((8, 2048, 256), (2, 16, 8), (4, 16, 8)):
+        cfg.train.shards, cfg.train.battles_per_update = shards, per_update
+        d = ProcessTransport(cfg, quiet=True)._worker_cfg(0)
+        assert d["train"]["shards"] == 1 and d["train"]["battles_per_update"] == share

@@ -133,6 +133,11 @@ def weights_checksum(state_dict: dict) -> float:
     return float(sum(float(v.double().sum()) for v in state_dict.values()))
 
 
+def shard_share(battles_per_update: int, shards: int) -> int:
+    """A shard's share of an update's trajectories (at least 8, so small updates still batch)."""
+    return max(battles_per_update // max(shards, 1), 8)
+
+
 class ShardHold:
     """Holds a shard's decisions for either of two reasons: the learner asked (it is behind
     with what it already has), or the shard's own trajectories not yet taken by the learner
@@ -191,8 +196,8 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
         hold.check()
 
     col = Collector(cfg, cfg.runner.device, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
-    # One update's share per shard may wait for the learner; past it the shard holds.
-    hold = ShardHold(col.pause, queued, max(cfg.train.battles_per_update // cfg.train.shards, 8))
+    # One update's share (set by the learner side's worker config) may wait; past it, hold.
+    hold = ShardHold(col.pause, queued, cfg.train.battles_per_update)
     first = await recv()  # initial weights before any battle
     if first is None:
         return
@@ -348,7 +353,11 @@ class ProcessTransport:
         d["runner"]["device"] = self.cfg.train.worker_device
         d["server"]["port"] = 0  # each shard its own free port
         d["server"]["simulators"] = resolve_simulators(self.cfg.server.simulators, self.cfg.train.shards)
-        d["train"].update(shards=1, total_battles=max(self.cfg.train.total_battles, 1) * 4)
+        # The worker sees one shard, so it gets its share of an update here: the most of
+        # its trajectories that may wait for the learner before it holds (ShardHold).
+        d["train"].update(shards=1, total_battles=max(self.cfg.train.total_battles, 1) * 4,
+                          battles_per_update=shard_share(self.cfg.train.battles_per_update,
+                                                         self.cfg.train.shards))
         return d
 
     # -- what differs between processes and Ray actors -------------------------------------
