@@ -64,7 +64,7 @@ class RunnerConfig:
     opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics"))
     device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
                       choices=("auto", "cpu", "cuda", "mps"))
-    battle_timeout_s: float = key(300.0, "a battle that receives nothing this long is forfeited and freed", gt=0)
+    battle_timeout_s: float = key(300.0, "a battle Showdown leaves silent this long (our pending decisions do not count) is forfeited and freed", gt=0)
     torch_threads: int = key(1, "torch CPU threads (Showdown needs the other cores)", gt=0)
     fast_battles: bool = key(True, "our players' battles skip poke-env's redundant move lookups "
                                    "(same state; pokeenv/fastbattle.py)")

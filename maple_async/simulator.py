@@ -12,8 +12,9 @@ websocket one. Open team sheets are decided at the start (shown when both player
 Every battle's seed derives from ``runner.seed`` (the run's, the player pair's key and the
 battle's index within it), random teams included. A process that exits or sends nothing
 for ``runner.battle_timeout_s`` while battles wait is killed and restarted: its battles
-are abandoned (their hidden states freed, partial trajectories dropped), other battles
-play on.
+that ended in what it had already written count as ended, the others are abandoned (their
+hidden states freed, partial trajectories dropped), other battles play on. A battle whose
+handling fails before a side's first decision is dropped (nothing would ever ask again).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ RS = b"\x1e"
 BUSY_BYTES = 256 * 1024
 MAX_RESTARTS = 5  # within RESTART_WINDOW_S: then the transport gives up with the last error
 RESTART_WINDOW_S = 60.0
+# After a process exited: how long its pipes may take to deliver what it wrote (asyncio may
+# report the exit first), then how long its battles' players may take to handle what they hold.
+EXIT_DRAIN_S = 5.0
+INBOX_DRAIN_S = 5.0
 
 
 class SimulatorError(UserError, RuntimeError):
@@ -61,13 +66,14 @@ class _Inbox:
     """One player's messages of one battle, handled in order by one task at a time (the
     websocket path takes a per-battle lock for the same reason)."""
 
-    __slots__ = ("player", "queue", "task", "battle")
+    __slots__ = ("player", "queue", "task", "battle", "answered")
 
     def __init__(self, player, battle: "_Battle"):
         self.player = player
         self.queue: collections.deque = collections.deque()
         self.task: Optional[asyncio.Task] = None
         self.battle = battle
+        self.answered = False  # this side has sent a command (a choice, a team, a forfeit)
 
     def put(self, item) -> None:
         self.queue.append(item)
@@ -85,8 +91,21 @@ class _Inbox:
                     await self.player._handle_battle_message([m.split("|") for m in item.split("\n")])
                 except Exception:
                     self.player.logger.exception("handling a simulator message")
+                    if self._stuck(item):
+                        b = self.battle
+                        log.warning("battle %s dropped: its handling failed before %s's first decision",
+                                    b.tag, self.player.username)
+                        b.proc.sims._drop(b.tag)
         finally:
             self.task = None
+
+    def _stuck(self, item: str) -> bool:
+        """A failure on ``item`` left a battle that no decision of this side ever moved
+        (and no watchdog watches yet) waiting forever: its first request unanswered, or
+        the battle never made."""
+        b = self.battle
+        return (b is not None and not self.answered
+                and ("|request|" in item or b.tag not in self.player._battles))
 
 
 class _Battle:
@@ -105,6 +124,14 @@ class _Battle:
         if self.open_sides == 0 and not self.future.done():
             self.future.set_result(True)
 
+    def ended(self) -> bool:
+        """Both players have handled the battle's end (``|win|`` or ``|tie|``)."""
+        for player, _role in self.roles:
+            battle = player._battles.get(self.tag)
+            if battle is None or not battle.finished:
+                return False
+        return True
+
 
 class _Process(asyncio.SubprocessProtocol):
     """One Node process of simhub.js and what flows through its pipes."""
@@ -117,6 +144,7 @@ class _Process(asyncio.SubprocessProtocol):
         self.battles: dict[str, _Battle] = {}
         self.ready = asyncio.get_running_loop().create_future()
         self.gone = asyncio.get_running_loop().create_future()
+        self.drained = asyncio.get_running_loop().create_future()  # exited, all its pipes read
         self.exited = False
         self.last_heard = time.monotonic()
         self.pgid: Optional[int] = None
@@ -143,7 +171,9 @@ class _Process(asyncio.SubprocessProtocol):
         pass
 
     def connection_lost(self, exc) -> None:
-        pass
+        # asyncio calls this once the process exited and every pipe closed: all read.
+        if not self.drained.done():
+            self.drained.set_result(None)
 
     def process_exited(self) -> None:
         self.exited = True
@@ -205,13 +235,13 @@ class _Client:
         if role is None:
             return
         if message.startswith("/choose "):
-            self.sims._command(room, f"C {room} {role} {message[8:]}")
+            self.sims._command(room, role, f"C {room} {role} {message[8:]}")
         elif message.startswith("/team "):
-            self.sims._command(room, f"C {room} {role} team {message[6:]}")
+            self.sims._command(room, role, f"C {room} {role} team {message[6:]}")
         elif message == "/forfeit":
-            self.sims._command(room, f"F {room} {role}")
+            self.sims._command(room, role, f"F {room} {role}")
         elif message == "/undo":
-            self.sims._command(room, f"C {room} {role} undo")
+            self.sims._command(room, role, f"C {room} {role} undo")
         # /timer, /leave and the open-team-sheet answers: decided at the start, no room
 
     async def stop_listening(self) -> None:
@@ -247,7 +277,8 @@ class Simulators:
         self._pkg: Optional[Path] = None
         self._node = None
         self._watch: Optional[asyncio.Task] = None
-        self._restarts: set = set()  # restart tasks under way (close() cancels them)
+        self._restarts: set = set()  # restart and settle tasks under way (close() cancels them)
+        self._exiting: set = set()  # exited processes whose battles are being settled
         self._slot_free = asyncio.Event()
         self.closed = False
 
@@ -325,16 +356,42 @@ class Simulators:
     def _on_exit(self, proc: _Process) -> None:
         with contextlib.suppress(ValueError):
             self.pgids.remove(proc.pgid)
-        lost = list(proc.battles.values())
-        for b in lost:
-            self._abandon(b)
-        if self.closed or not proc.started:
+        if self.closed:
+            return  # close() abandoned its battles
+        loop = asyncio.get_running_loop()
+        if proc.battles:
+            self._exiting.add(proc)
+            self._track(loop.create_task(self._settle(proc)))
+        if not proc.started:
             return
-        log.warning("simulator process %d exited (code %s): %d battles abandoned; restarting it",
-                    proc.index, proc.transport.get_returncode(), len(lost))
-        task = asyncio.get_running_loop().create_task(self._restart(proc.index))
+        log.warning("simulator process %d exited (code %s) with %d battles; restarting it",
+                    proc.index, proc.transport.get_returncode(), len(proc.battles))
+        self._track(loop.create_task(self._restart(proc.index)))
+
+    def _track(self, task: asyncio.Task) -> None:
         self._restarts.add(task)
         task.add_done_callback(self._restarts.discard)
+
+    async def _settle(self, proc: _Process) -> None:
+        """The battles of a process that exited: what its pipe still held is routed first
+        (an exit may be reported before the last read), then their players handle what
+        they hold (bounded); the battles that ended count as ended, the rest are abandoned."""
+        try:
+            await asyncio.wait([proc.drained], timeout=EXIT_DRAIN_S)
+            busy = [i.task for b in proc.battles.values() for i in b.inboxes.values() if i.task is not None]
+            if busy:
+                await asyncio.wait(busy, timeout=INBOX_DRAIN_S)
+            lost = 0
+            for b in list(proc.battles.values()):
+                if b.ended():
+                    self._end(b)
+                else:
+                    self._abandon(b)
+                    lost += 1
+            if lost:
+                log.warning("simulator process %d: %d battles abandoned", proc.index, lost)
+        finally:
+            self._exiting.discard(proc)
 
     async def _restart(self, i: int) -> None:
         """Start process ``i`` again; a start that fails counts as another exit."""
@@ -378,7 +435,7 @@ class Simulators:
         for t in [self._watch, *self._restarts]:
             if t is not None:
                 t.cancel()
-        for p in self.procs:
+        for p in [*self.procs, *self._exiting]:
             if p is None:
                 continue
             if not p.ready.done():  # a restart under way: nobody waits for its start now
@@ -391,11 +448,17 @@ class Simulators:
                     await asyncio.wait_for(asyncio.shield(p.gone), 5.0)
                 p.transport.close()
         self.procs = []
+        self._exiting.clear()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
 
     # -- battles -----------------------------------------------------------------------------
+    def reseed(self, seed: Optional[int]) -> None:
+        """Battles started from now on are seeded ``seed``, counted from the first again."""
+        self.seed = seed
+        self._counts.clear()
+
     def attach(self, player) -> None:
         """Give a poke-env Player built with ``start_listening=False`` a client of these
         processes instead of a websocket."""
@@ -488,12 +551,9 @@ class Simulators:
             if b is not None:
                 b.inboxes[rec[1]].put(rec[2:])
         elif kind == "E":
-            b = proc.battles.pop(rec[1:], None)
+            b = proc.battles.get(rec[1:])
             if b is not None:
-                self._owner.pop(b.tag, None)
-                self._forget_roles(b)
-                for inbox in b.inboxes.values():
-                    inbox.put(None)
+                self._end(b)
         elif kind == "K":
             tag, _, why = rec[1:].partition("\t")
             b = proc.battles.get(tag)
@@ -505,10 +565,19 @@ class Simulators:
                 proc.ready.set_result(True)
         # "P": the answer to a ping; hearing it was the point
 
-    def _command(self, tag: str, line: str) -> None:
+    def _command(self, tag: str, role: str, line: str) -> None:
         b = self._owner.get(tag)
         if b is not None:
+            b.inboxes[role[1]].answered = True
             b.proc.write(line)
+
+    def _end(self, b: _Battle) -> None:
+        """The battle ended: its players finish handling it, then its future is True."""
+        b.proc.battles.pop(b.tag, None)
+        self._owner.pop(b.tag, None)
+        self._forget_roles(b)
+        for inbox in b.inboxes.values():
+            inbox.put(None)
 
     def _drop(self, tag: str) -> None:
         b = self._owner.get(tag)

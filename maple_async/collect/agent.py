@@ -95,7 +95,8 @@ class _Live:
     tried: set = field(default_factory=set)
     hidden_before: object = None
     recorded: int = 0  # steps the last order sent added to the trajectory (doubles: up to 2)
-    last_active: float = 0.0
+    last_active: float = 0.0  # its latest request, or our latest answer to one
+    pending: int = 0  # decisions of this side waiting on our batcher now: not Showdown's silence
     battle: object = None  # the battle object of the latest decision (a pool reads it)
     reward: float = 0.0  # the reward credited at the latest decision (0 on a retry)
     retry: bool = False  # the latest decision replaces one Showdown rejected
@@ -192,7 +193,7 @@ class Agent:
             live.hidden_before = self.hidden.get(key)
         c2 = time.thread_time() if timed else 0.0
 
-        decision = await self.batcher.decide(key, live.generation, obs, mask)
+        decision = await self._decide(key, live, obs, mask)
 
         c3 = time.thread_time() if timed else 0.0
         stats = self.stats
@@ -286,7 +287,7 @@ class Agent:
                 obs = turn.obs(s, first)
                 if timed:
                     busy += time.thread_time() - mark
-                decision = await self.batcher.decide(key, live.generation, obs, mask)
+                decision = await self._decide(key, live, obs, mask)
                 if timed:
                     mark = time.thread_time()
                 if self.live.get(key) is not live or self.closing:
@@ -310,6 +311,16 @@ class Agent:
         if len(stats.latencies) < 200_000:
             stats.latencies.append(time.perf_counter() - t_start)
         return turn.order(actions)
+
+    async def _decide(self, key: Hashable, live: _Live, obs, mask) -> Decision:
+        """The batcher's decision; the time it takes (a paused batcher, an outside learner
+        thinking) is ours, so the battle side is marked pending meanwhile."""
+        live.pending += 1
+        try:
+            return await self.batcher.decide(key, live.generation, obs, mask)
+        finally:
+            live.pending -= 1
+            live.last_active = time.perf_counter()
 
     def imitate(self, battle, opponent: str, order):
         """Record another player's ``order`` (a teacher's) as this battle side's step, with
@@ -378,10 +389,9 @@ class Agent:
             if len(legal) == 1:
                 picks.append(int(legal[0]) - game.PREVIEW)
                 continue
-            decision = await self.batcher.decide(key, live.generation, obs, mask)
+            decision = await self._decide(key, live, obs, mask)
             if self.live.get(key) is not live or self.closing:
                 return ""
-            live.last_active = time.perf_counter()
             action = decision.action
             if action < 0 or not mask[action]:
                 self.stats.fallbacks += 1
@@ -445,5 +455,7 @@ class Agent:
             live.last_active = now
 
     def stale_keys(self, older_than_s: float) -> list:
+        """Battle sides with no decision pending here and no request or answer for
+        ``older_than_s``."""
         now = time.perf_counter()
-        return [k for k, v in self.live.items() if now - v.last_active > older_than_s]
+        return [k for k, v in self.live.items() if not v.pending and now - v.last_active > older_than_s]

@@ -141,8 +141,8 @@ def start_agents(agents: list[Agent], players: list, timeout_s: float) -> Option
         a.batcher.start()
     if not agents:
         return None
-    return asyncio.get_running_loop().create_task(watchdog(agents, players, timeout_s),
-                                                  name="maple-watchdog")
+    return asyncio.get_running_loop().create_task(
+        watchdog(agents, players, timeout_s, period_s=min(5.0, timeout_s / 4)), name="maple-watchdog")
 
 
 async def stop_players(players: list, agents=(), forfeit: bool = True, grace_s: float = 0.0) -> None:
@@ -163,24 +163,56 @@ async def stop_players(players: list, agents=(), forfeit: bool = True, grace_s: 
         await a.batcher.close()
 
 
+def silent_battles(agents: list[Agent], players: list, timeout_s: float, now: float,
+                   orphans: dict) -> tuple[dict, dict]:
+    """The battles of ``players`` that Showdown left silent for ``timeout_s``: tag -> the
+    ``(agent, key)`` of its live sides. Silent: no side of it (in any of ``agents``) has a
+    decision pending here, and no request came nor answer went for the timeout. A battle
+    with no live side at all (its handling failed before a first decision) is silent once
+    it stayed so since ``orphans[tag]`` for the timeout. Returns also the new ``orphans``."""
+    last: dict = {}  # tag -> its latest request or answer; None while a decision is pending
+    sides: dict = {}
+    for agent in agents:
+        for key, live in agent.live.items():
+            tag = key[0]
+            sides.setdefault(tag, []).append((agent, key))
+            t = last.get(tag, 0.0)
+            if t is not None:
+                last[tag] = None if live.pending else max(t, live.last_active)
+    silent = {tag: sides[tag] for tag, t in last.items() if t is not None and now - t > timeout_s}
+    seen: dict = {}
+    for p in players:
+        for tag, battle in p.battles.items():
+            if tag not in last and not battle.finished:
+                seen[tag] = orphans.get(tag, now)
+                if now - seen[tag] > timeout_s:
+                    silent[tag] = []
+    return silent, seen
+
+
 async def watchdog(agents: list[Agent], players: list, timeout_s: float, period_s: float = 5.0):
-    """Abandon these players' battles that stopped receiving requests: forfeit them and free
-    their state."""
+    """Abandon these players' battles that Showdown left silent (:func:`silent_battles`):
+    forfeit them and free their state. Time a decision waits on our side is not silence."""
+    orphans: dict = {}
     while True:
         await asyncio.sleep(period_s)
-        for agent in agents:
-            for key in agent.stale_keys(timeout_s):
-                tag = key[0]
-                holders = [p for p in players if tag in p.battles]
-                if not holders:
-                    continue  # another match's battle: its own watchdog forfeits it
-                log.warning("battle %s silent for %.0fs: forfeiting and abandoning it", tag, timeout_s)
-                agent.abandon(key)
-                for p in holders:
-                    try:
-                        await p.ps_client.send_message("/forfeit", tag)
-                    except Exception:
-                        pass
+        now = time.perf_counter()
+        silent, orphans = silent_battles(agents, players, timeout_s, now, orphans)
+        for tag, sides in silent.items():
+            holders = [p for p in players if tag in p.battles]
+            if not holders:
+                continue  # another match's battle: its own watchdog forfeits it
+            log.warning("battle %s silent for %.0fs: forfeiting and abandoning it", tag, timeout_s)
+            for agent, key in sides:
+                if key in agent.live:
+                    agent.abandon(key)
+            if tag in orphans:
+                orphans[tag] = now  # forfeited: again only if it is still there a timeout later
+            for p in holders:
+                try:
+                    await p.ps_client.send_message("/forfeit", tag)
+                except Exception:
+                    pass
 
 
 class Rates:
