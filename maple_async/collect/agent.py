@@ -22,6 +22,7 @@ from ..inference.hidden import HiddenStates
 from ..obs import doubles as dbl
 from ..obs import encoding as enc
 from ..obs.rewards import RewardTracker
+from ..pokeenv.players import request_round
 
 CPU_SAMPLE = 8  # the encode / bookkeeping CPU split is measured on one decision in this many
 
@@ -100,6 +101,7 @@ class _Live:
     battle: object = None  # the battle object of the latest decision (a pool reads it)
     reward: float = 0.0  # the reward credited at the latest decision (0 on a retry)
     retry: bool = False  # the latest decision replaces one Showdown rejected
+    answered: int = 0  # the round of requests last answered (the latest: we wait on Showdown)
 
 
 @dataclass
@@ -165,13 +167,26 @@ class Agent:
         return (battle.battle_tag, battle.player_role or battle.player_username)
 
     async def choose(self, battle, opponent: str):
+        """The order for the battle's request (an awaitable ``choose_move``)."""
+        if isinstance(battle, DoubleBattle):
+            order = await self._choose_doubles(battle, opponent, time.perf_counter())
+        else:
+            order = await self._choose_singles(battle, opponent)
+        self._answered(battle)
+        return order
+
+    def _answered(self, battle) -> None:
+        """The side answered its latest request: it waits on Showdown (a pool reads it)."""
+        live = self.live.get(self.key(battle))
+        if live is not None:
+            live.answered = request_round(battle)
+
+    async def _choose_singles(self, battle, opponent: str):
         # Wall clock for latency and inactivity; this thread's CPU time for the cost split
         # on a sample of decisions (each read of it is a system call: five per decision).
         t_start = time.perf_counter()
         if self.closing:
             return NO_ORDER  # shutting down: the battle is being forfeited
-        if isinstance(battle, DoubleBattle):
-            return await self._choose_doubles(battle, opponent, t_start)
         self._tick += 1
         timed = self._tick % CPU_SAMPLE == 0
         c0 = time.thread_time() if timed else 0.0
@@ -251,9 +266,11 @@ class Agent:
         return key, live, retry
 
     async def _choose_doubles(self, battle, opponent: str, t_start: float):
-        """A doubles request: slot 1 decides, then slot 2 seeing slot 1's action, each a
+        """A doubles request (the same shutdown rule as singles): slot 1 decides, then slot 2 seeing slot 1's action, each a
         batcher step recorded in the trajectory (a slot with one legal action is filled in
         without asking); both make the turn's one order (:mod:`maple_async.obs.doubles`)."""
+        if self.closing:
+            return NO_ORDER
         self._tick += 1
         timed = self._tick % CPU_SAMPLE == 0
         c0 = time.thread_time() if timed else 0.0
@@ -365,6 +382,11 @@ class Agent:
         return live
 
     async def preview(self, battle, opponent: str) -> str:
+        order = await self._preview(battle, opponent)
+        self._answered(battle)
+        return order
+
+    async def _preview(self, battle, opponent: str) -> str:
         """The team preview as decisions: one pick at a time through the batcher (BSS: 3,
         the first leads; a full-team format: the order, its forced last pick not asked),
         each recorded as a step of the battle's trajectory with the preview mask. The

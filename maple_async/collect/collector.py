@@ -76,6 +76,7 @@ class Collector:
         self.agents = [a for a in (self.agent, self.league_agent, *self.opponents.values()) if a is not None]
         self._retired: list[Lane] = []  # lanes replaced by set_mix, playing out their battles
         self._switch = False
+        self._restart: Optional[tuple] = None  # (between, done) of a pending restart()
         self._wake = asyncio.Event()  # a stop request, a fault, or a lane that ended
         self._stop = asyncio.Event()
         self._fault = asyncio.Event()
@@ -154,13 +155,38 @@ class Collector:
 
     def set_mix(self, mix: dict, opponents: Optional[dict] = None) -> None:
         """New lanes for ``mix`` (and its ``opponents``' agents) now; the lanes they replace
-        start no battle more and close once theirs have ended."""
+        start no battle more and close once theirs have ended, and the agents no lane plays
+        any more are closed then."""
         for a in (opponents or {}).values():
             if a not in self.agents:
                 self.agents.append(a)
         self.mix, self.opponents = dict(mix), dict(opponents or {})
         self._switch = True
         self._wake.set()
+
+    async def restart(self, between: Optional[Callable[[], None]] = None) -> None:
+        """End every battle in flight (abandoned, never trained on, and forfeited) and
+        start new lanes; ``between`` runs once the old battles are gone and before any new
+        one starts. Returns once the old battles are gone; the new lanes start right after."""
+        done = asyncio.get_running_loop().create_future()
+        self._restart = (between, done)
+        self._wake.set()
+        await done
+
+    def _retired_agents(self) -> list[Agent]:
+        """Opponent agents that no lane, current or retiring, plays any more."""
+        playing = {id(a) for a in (self.agent, self.league_agent, *self.opponents.values())}
+        for ln in [*self.lanes, *self._retired]:
+            playing.update(id(a) for a in ln.match.agents)
+        return [a for a in self.agents if id(a) not in playing]
+
+    async def _close_retired_agents(self) -> None:
+        for a in self._retired_agents():
+            self.agents.remove(a)
+            await a.batcher.close()
+            close = getattr(a.policy, "close", None)
+            if close is not None:
+                close()
 
     async def _retire(self, lanes: list[Lane]) -> None:
         for ln in lanes:
@@ -174,6 +200,10 @@ class Collector:
             if ln.match._watchdog is not None:
                 ln.match._watchdog.cancel()
         await stop_players(players, forfeit=True)
+        for ln in lanes:
+            if ln in self._retired:
+                self._retired.remove(ln)
+        await self._close_retired_agents()
 
     # -- watchers ----------------------------------------------------------------------------
     def _flag_fault(self) -> None:
@@ -220,7 +250,8 @@ class Collector:
                 lanes, tasks = self._start_lanes(server.url)
                 tasks.append(loop.create_task(self._watch_server(server)))
                 await self.until_stop_or_fault(lanes)
-                while self._switch and not self._stop.is_set() and not self._fault.is_set():
+                while (self._switch and not self._stop.is_set() and not self._fault.is_set()
+                       and self._restart is None):
                     self._switch = False
                     self._retired += lanes
                     tasks.append(loop.create_task(self._retire(lanes)))
@@ -228,6 +259,20 @@ class Collector:
                     tasks += more
                     await self.until_stop_or_fault(lanes)
                 lanes, self._retired = lanes + self._retired, []
+                if self._restart is not None and not self._stop.is_set() and not self._fault.is_set():
+                    (between, done), self._restart = self._restart, None
+                    self._switch = False
+                    await self._stop_lanes(lanes, tasks, forfeit=True)
+                    lanes, tasks = [], []
+                    await self._close_retired_agents()
+                    try:
+                        if between is not None:
+                            between()
+                    except BaseException as e:  # noqa: BLE001 - the caller of restart() gets it
+                        done.set_exception(e)
+                    else:
+                        done.set_result(None)
+                    continue
                 if not self._fault.is_set() or self._stop.is_set():
                     break
                 in_flight = sum(len(a.live) for a in self.agents)
@@ -242,12 +287,15 @@ class Collector:
             await self._stop_lanes(lanes, tasks, forfeit=True)
             for a in self.agents:
                 await a.batcher.close()
+            if self._restart is not None and not self._restart[1].done():
+                self._restart[1].set_exception(RuntimeError(f"the collector stopped: {self.stop_reason}"))
 
     async def until_stop_or_fault(self, lanes: list[Lane]) -> None:
         """Wait for a stop request or a fault. Lanes that all ended stop the run, unless one
         of them failed: then a fault is expected within a few server polls (the server died
         under it); without one it is a bug, and it is raised."""
-        while not self._stop.is_set() and not self._fault.is_set() and not self._switch:
+        while (not self._stop.is_set() and not self._fault.is_set() and not self._switch
+               and self._restart is None):
             await self._wake.wait()
             self._wake.clear()
             if not lanes or not all(ln.task.done() for ln in lanes):

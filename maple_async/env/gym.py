@@ -1,14 +1,21 @@
 """The synchronous Gymnasium face of a :class:`~maple_async.env.pool.BattlePool`.
 
-Every step answers the slots the previous step returned and waits for the next batch the
-pool's flush rule gathers. A slot that is not in that batch (its battle waits on the other
-side's forced switch, or it is between battles) comes back *inactive*: reward 0, its last
-observation, a mask that allows action 0 only, ``info["is_active"]`` False; whatever is
-sent for it is ignored. Autoreset is next-step: the step after a terminal one frees the slot
-for its next battle, which comes back when its first decision is due.
+Every step answers the slots the previous step returned and waits on the *decision clock*
+(``clock="decision"``, the default): until nothing more can come before it answers, i.e.
+every live battle side has its decision in the step or waits on the other side's choice
+(Pokémon's turns are simultaneous, so the sides of a turn arrive together). A slot that is
+not in the step (its battle waits on the other side's forced switch, or it is between
+battles) comes back *inactive*: reward 0, its last observation, a mask that allows action 0
+only, ``info["is_active"]`` False; whatever is sent for it is ignored.
+``clock="flush"`` (the default with ``shards > 1``): a step is whatever batch the pool's flush rule gathered (more inactive
+slots, shorter waits). Autoreset is next-step: the step after a terminal one frees the slot
+for its next battle, which comes back when its first decision is due. ``reset(seed=...)``
+may be called at any time: the battles in flight end (never handed back) and new ones start.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 from gymnasium import spaces
@@ -17,12 +24,30 @@ from gymnasium.vector.utils import batch_space
 
 from .pool import BattlePool, padding_mask
 
+CLOCKS = ("decision", "flush")
+
+
+def resolve_clock(pool: BattlePool, clock: Optional[str]) -> str:
+    """The face's clock: ``decision`` by default, ``flush`` for a sharded pool (whose
+    shards each settle on their own)."""
+    sharded = getattr(pool, "shards", 1) > 1
+    if clock is None:
+        return "flush" if sharded else "decision"
+    if clock not in CLOCKS:
+        pool.close()
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    if clock == "decision" and sharded:
+        pool.close()
+        raise ValueError("clock='decision' needs one pool: with shards > 1 use clock='flush' (the default there)")
+    return clock
+
 
 class SyncSlots:
-    """Lock-step over every slot of a pool: what both synchronous faces share."""
+    """Every slot of a pool in lock step: what both synchronous faces share."""
 
-    def __init__(self, pool: BattlePool, obs_shape: tuple, obs_dtype=np.float32):
+    def __init__(self, pool: BattlePool, obs_shape: tuple, obs_dtype=np.float32, clock: str = "decision"):
         self.pool = pool
+        self.clock = clock
         n = pool.num_envs
         self.obs = np.zeros((n, *obs_shape), dtype=obs_dtype)  # each slot's latest observation
         self.padding = padding_mask(pool.n_actions)
@@ -31,8 +56,12 @@ class SyncSlots:
         self.decisions = 0
         self.steps = 0
 
-    def reset(self):
-        self.pool.async_reset()
+    def reset(self, seed: Optional[int] = None):
+        """New battles (the ones in flight end), every slot's state forgotten."""
+        self.pool.async_reset(seed)
+        self.pending[:] = False
+        self.obs[:] = 0
+        self.masks[:] = self.padding
         return self.gather()
 
     def send(self, actions) -> None:
@@ -51,16 +80,18 @@ class SyncSlots:
             self.pending[ids] = False
 
     def gather(self):
-        """The next batch from the pool, spread over every slot: ``(obs, masks, reward,
+        """The next step from the pool, spread over every slot: ``(obs, masks, reward,
         terminated, truncated, info)``, ``info`` with arrays of all slots and ``_key``
-        masks (True where the slot is active)."""
-        obs, reward, terminated, truncated, info = self.pool.recv()
+        masks (True where the slot is active); ``info["timed_out"]``: the pool's
+        ``recv_timeout_s`` passed with nothing (every slot inactive)."""
+        obs, reward, terminated, truncated, info = self.pool.recv(settled=self.clock == "decision")
         n = self.pool.num_envs
         ids = info["env_id"]
         active = np.zeros(n, dtype=bool)
         active[ids] = True
         self.pending[ids] = True
-        self.obs[ids] = obs["observation"]
+        if len(ids):
+            self.obs[ids] = obs["observation"]
         self.masks[:] = self.padding
         self.masks[ids] = obs["action_mask"]
         full_reward = np.zeros(n, dtype=np.float32)
@@ -69,7 +100,8 @@ class SyncSlots:
         full_term[ids] = terminated
         full_trunc = np.zeros(n, dtype=bool)
         full_trunc[ids] = truncated
-        out_info = {"is_active": active, "_is_active": np.ones(n, dtype=bool)}
+        out_info = {"is_active": active, "_is_active": np.ones(n, dtype=bool),
+                    "timed_out": np.full(n, bool(info["timed_out"])), "_timed_out": np.ones(n, dtype=bool)}
         for key, values in info.items():
             if key in ("env_id", "action_mask") or not isinstance(values, np.ndarray):
                 continue
@@ -89,13 +121,15 @@ def observation_space(pool) -> spaces.Space:
 
 
 class BattleVectorEnv(VectorEnv):
-    """``gymnasium.vector.VectorEnv`` over a :class:`BattlePool` (same arguments):
-    observations ``Dict(observation, action_mask)``, actions ``Discrete(pool.n_actions)`` per slot (singles 32, doubles 53)."""
+    """``gymnasium.vector.VectorEnv`` over a :class:`BattlePool` (same arguments, and
+    ``clock``): observations ``Dict(observation, action_mask)``, actions
+    ``Discrete(pool.n_actions)`` per slot (singles 32, doubles 53)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, clock: Optional[str] = None, **kwargs):
         self.pool = BattlePool(*args, **kwargs)
+        clock = resolve_clock(self.pool, clock)
         obs_space = observation_space(self.pool)
         self.num_envs = self.pool.num_envs
         self.single_observation_space = spaces.Dict({
@@ -103,13 +137,17 @@ class BattleVectorEnv(VectorEnv):
         self.single_action_space = spaces.Discrete(self.pool.n_actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._slots = SyncSlots(self.pool, obs_space.shape, obs_space.dtype)
+        self._slots = SyncSlots(self.pool, obs_space.shape, obs_space.dtype, clock)
 
     def _obs(self, obs, masks) -> dict:
         return {"observation": obs, "action_mask": masks.astype(np.int8)}
 
     def reset(self, *, seed=None, options=None):
-        obs, masks, _r, _t, _u, info = self._slots.reset()
+        """New battles, seeded by ``seed`` (an int; the simulator transport repeats them);
+        the battles in flight end. ``options`` is not used."""
+        if seed is not None and not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"reset(seed=...) takes one int for the whole pool, got {seed!r}")
+        obs, masks, _r, _t, _u, info = self._slots.reset(None if seed is None else int(seed))
         return self._obs(obs, masks), info
 
     def step(self, actions):

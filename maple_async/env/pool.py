@@ -11,14 +11,18 @@ Slots: in self-play battle ``b`` has slots ``2b`` (player 1) and ``2b + 1`` (pla
 against any other opponent slot ``b`` is battle ``b``. A slot comes back from ``recv``
 when it has a decision to make or a terminal step to collect; the action sent for a
 terminal step is ignored and frees the slot for its next battle (next-step autoreset).
+``async_reset()`` may be called at any time: it ends the battles in flight (forfeited, never
+handed back) and starts new ones. The caller's ``embed_battle`` and ``reward_fn`` run on the
+caller's thread, inside ``recv``, so what they raise reaches the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
+import dataclasses
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +37,12 @@ from ..inference.batcher import Decision, HandoffBatcher
 from ..obs import encoding as enc
 from ..obs import games
 from ..obs.features import derive
-from ..pokeenv.players import BASELINES
+from ..pokeenv.players import BASELINES, request_round
 
 OBS_DIM = enc.OBS_DIM  # singles; a pool's own: pool.obs_dim, pool.n_actions (doubles: obs/doubles.py)
 N_ACTIONS = enc.N_ACTIONS
 _OUTCOMES = {1.0: "won", -1.0: "lost", 0.0: "tie"}
+SETTLE_GRACE_S = 2.0  # a settled recv with slots in hand returns after this long with nothing new
 
 
 def padding_mask(n_actions: int) -> np.ndarray:
@@ -93,6 +98,7 @@ class Record:
     outcome: str  # won / lost / tie on a terminal step, else ""
     abandoned: bool
     retry: bool = False  # Showdown rejected this slot's previous action: this step replaces it
+    battle: Any = None  # for the caller's embed_battle / reward_fn (None: an abandoned side)
 
 
 def _flat(values) -> np.ndarray:
@@ -114,22 +120,27 @@ class _Slots:
     delivers one item at a time, in order."""
 
     def __init__(self, num_battles: int, sides: int, deliver: Callable[[Record], None],
-                 embed: Optional[Callable] = None, reward_fn: Optional[Callable] = None,
-                 game: games.Game = games.SINGLES):
+                 settle: Callable[[int], None], game: games.Game = games.SINGLES):
+        self.num_battles = num_battles
         self.sides = sides
         self.preview, self.n_actions = game.preview, game.n_actions
-        self.slots = [_Slot(i) for i in range(num_battles * sides)]
-        self.free = deque(range(num_battles))
+        self.deliver = deliver
+        self.settle = settle
+        self.agent: Optional[Agent] = None
+        self.players: Callable[[], list] = list  # the players whose battles the slots hold
+        self.answered = 0  # the caller's latest send applied here (its sequence number)
+        self.clear()
+
+    def clear(self) -> None:
+        """Every slot free, nothing delivered or waiting (a new pool, or a reset)."""
+        self.slots = [_Slot(i) for i in range(self.num_battles * self.sides)]
+        self.free = deque(range(self.num_battles))
         self.battle_of: dict[str, int] = {}
         self.released: dict[int, set] = {}
         self.ended_early: OrderedDict = OrderedDict()  # tag -> sides that ended with no slot
         self.slot_of: dict[tuple, int] = {}
         self.waiting: deque = deque()  # first items of battles without an index yet
         self.with_caller = 0  # decisions flushed and not answered
-        self.deliver = deliver
-        self.embed = embed
-        self.reward_fn = reward_fn
-        self.agent: Optional[Agent] = None
         self.closing = False
 
     # -- from the agent and its batcher --------------------------------------------------
@@ -137,15 +148,65 @@ class _Slots:
         self.with_caller += len(batch)
         for r in batch:
             self._route(_Item("decide", r.key, request=r))
+        self.check_settled()
 
     def ended(self, key: tuple, live, outcome: float, reward: float) -> None:
         if live is None:
             self._no_slot_end(key)
         else:
             self._route(_Item("end", key, live=live, reward=reward, outcome=outcome))
+        self.check_settled()
 
     def abandoned(self, key: tuple, live) -> None:
         self._route(_Item("abandon", key, live=live))
+        self.check_settled()
+
+    def side_waits(self) -> None:
+        """A battle side got a request that asks nothing (it waits on the other side)."""
+        self.check_settled()
+
+    def check_settled(self) -> None:
+        """Tell the caller when nothing more can come before it answers: every live battle
+        side is with the caller (or queued behind a slot it holds), or answered its latest
+        request (or was told to wait) while its opponent's side is with the caller: Showdown
+        goes on once both sides chose."""
+        if self.closing or self.agent is None:
+            return
+        agent, live, slots, slot_of = self.agent, self.agent.live, self.slots, self.slot_of
+        queued = {item.key for item in self.waiting}
+
+        def held(key) -> bool:
+            env_id = slot_of.get(key)
+            return key in queued if env_id is None else slots[env_id].current is not None
+
+        for key, side in live.items():
+            if held(key):
+                continue
+            battle = side.battle
+            if battle is None:
+                return
+            done = request_round(battle)  # the round it answered, or waits in
+            if not battle._wait and side.answered != done:
+                return  # a decision of this side is on its way
+            other_key = (key[0], "p2" if key[1] == "p1" else "p1")
+            other = live.get(other_key)
+            if other is None or not held(other_key) or request_round(other.battle) > done:
+                return  # Showdown goes on without us, or has begun a new round
+        known = []
+        for player in self.players():  # battles begun whose sides have not asked yet
+            if getattr(player, "agent", None) is not agent:
+                continue
+            battles = player._battles
+            for battle in battles.values():
+                if not battle.finished and request_round(battle) == 0:
+                    return
+            known.append(battles)
+        if len(known) == 2:  # self-play: a side that has not seen its battle begin yet
+            for key in live:
+                tag = key[0]
+                if (tag, "p2" if key[1] == "p1" else "p1") not in live and not (tag in known[0] and tag in known[1]):
+                    return
+        self.settle(self.answered)
 
     # -- routing ---------------------------------------------------------------------------
     def _route(self, item: _Item) -> None:
@@ -215,37 +276,36 @@ class _Slots:
             return
 
     def _record(self, slot: _Slot, item: _Item) -> Record:
+        """The item as the caller receives it (its ``embed_battle`` / ``reward_fn`` run
+        on the caller's thread, on ``battle``)."""
         key = item.key
         if item.kind == "decide":
             r = item.request
             live = self.agent.live[key]
             battle = live.battle
-            obs = r.obs if self.embed is None else self.embed(battle)
-            if slot.steps == 0:
-                reward = 0.0  # a battle's first step follows no action (as a reset)
-            else:
-                reward = live.reward if self.reward_fn is None else float(self.reward_fn(battle))
+            reward = 0.0 if slot.steps == 0 else live.reward  # a battle's first step follows no action
             live.reward = 0.0  # (doubles: a turn's second step has none of its own)
             if r.mask[self.preview:].any():
                 kind = "preview"
             else:
                 fs = battle.force_switch
                 kind = "forced_switch" if (any(fs) if isinstance(fs, list) else fs) else "move"
-            slot.last_obs = obs
-            return Record(slot.env_id, obs, r.mask, reward, False, False, slot.steps, kind, key[0], key[1],
-                          live.opponent, "", False, live.retry and slot.steps > 0)
+            slot.last_obs = r.obs
+            return Record(slot.env_id, r.obs, r.mask, reward, False, False, slot.steps, kind, key[0], key[1],
+                          live.opponent, "", False, live.retry and slot.steps > 0, battle)
         mask = padding_mask(self.n_actions)  # whatever is sent for a terminal step is ignored
         live = item.live
         if item.kind == "end":
-            reward = item.reward if self.reward_fn is None else float(self.reward_fn(live.battle))
-            return Record(slot.env_id, slot.last_obs, mask, reward, True, False, slot.steps, "end", key[0],
-                          key[1], live.opponent, _OUTCOMES.get(item.outcome, "tie"), False)
+            return Record(slot.env_id, slot.last_obs, mask, item.reward, True, False, slot.steps, "end", key[0],
+                          key[1], live.opponent, _OUTCOMES.get(item.outcome, "tie"), False, False, live.battle)
         return Record(slot.env_id, slot.last_obs, mask, 0.0, False, True, slot.steps, "end", key[0], key[1],
                       live.opponent, "", True)
 
     # -- from the caller -------------------------------------------------------------------
-    def answer(self, pairs: list) -> None:
-        now = time.perf_counter()
+    def answer(self, pairs: list, seq: int = 0) -> None:
+        if self.closing:
+            return  # a reset or close dropped these slots' items already
+        self.answered = max(self.answered, seq)
         for env_id, action in pairs:
             slot = self.slots[env_id]
             item, slot.current = slot.current, None
@@ -256,14 +316,10 @@ class _Slots:
                 if not item.request.future.done():
                     item.request.future.set_result(Decision(int(action), 0.0, 0.0, 0))
                 slot.steps += 1
-                tag = item.key[0]
-                for role in ("p1", "p2"):  # the battle is not silent: we were deciding
-                    live = self.agent.live.get((tag, role))
-                    if live is not None:
-                        live.last_active = now
             else:
                 self._release(slot)
             self._next(slot)
+        self.check_settled()
 
     def _release(self, slot: _Slot) -> None:
         key, slot.key, slot.steps = slot.key, None, 0
@@ -310,6 +366,121 @@ def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[
     return name, Agent(policy, cfg.batcher, name="opponent")
 
 
+class _Engine:
+    """What runs on the pool's event loop thread: the server, the agent, the collector and
+    the slots. It holds no reference to its :class:`BattlePool`, so a pool its caller
+    forgot is collected, and its finalizer stops this."""
+
+    def __init__(self, cfg: config_mod.Config, device, opp: tuple, num_battles: int, sides: int,
+                 game: games.Game, quiet: bool):
+        self.cfg, self.device, self.opp, self.quiet = cfg, device, opp, quiet
+        self.out: deque = deque()  # records delivered, not yet received
+        self.cv = threading.Condition()
+        self.settled = -1  # the caller's latest send after which nothing more could come
+        self.error: Optional[BaseException] = None
+        self.ready = threading.Event()
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.server = self.agent = self.collector = None
+        self.slots = _Slots(num_battles, sides, self.deliver, self.settle, game)
+        self.thread = threading.Thread(target=self.thread_main, name="maple-pool", daemon=True)
+
+    def thread_main(self) -> None:
+        from ..run.process import run_async
+        try:
+            run_async(self.main())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            self.error = self.error or e
+        finally:
+            self.ready.set()
+            with self.cv:
+                self.cv.notify_all()
+
+    async def main(self) -> None:
+        from ..showdown import showdown_for
+        self.loop = asyncio.get_running_loop()
+        self.started = asyncio.Event()
+        self.stop = asyncio.Event()
+        cfg = self.cfg
+        async with showdown_for(cfg.server, quiet=self.quiet, runner=cfg.runner) as server:
+            self.server = server
+            slots = self.slots
+            self.agent = Agent(_CallerPolicy(), cfg.batcher, reward_cfg=cfg.reward, listener=slots,
+                               batcher_cls=HandoffBatcher, name="pool",
+                               batcher_kwargs={"sink": slots.handoff, "held": lambda: slots.with_caller})
+            slots.agent = self.agent
+            name, opp_agent = self.opp
+            self.opp = None  # the collector holds it from now on (set_opponent may retire it)
+            self.collector = collector = Collector(cfg, self.device, quiet=self.quiet, agent=self.agent,
+                                                   mix={name: 1.0}, opponents={name: opp_agent} if opp_agent else {},
+                                                   label="pool")
+            slots.players = lambda: [p for ln in collector.lanes for p in ln.match.players]
+            self.ready.set()
+            await asyncio.wait([asyncio.ensure_future(self.started.wait()),
+                                asyncio.ensure_future(self.stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            if self.stop.is_set():
+                return
+            run = asyncio.ensure_future(self.collector.run(server))
+            stop = asyncio.ensure_future(self.stop.wait())
+            await asyncio.wait([run, stop], return_when=asyncio.FIRST_COMPLETED)
+            slots.close()
+            self.collector.request_stop("closed")
+            await run
+
+    def deliver(self, record: Record) -> None:
+        with self.cv:
+            self.out.append(record)
+            self.cv.notify()
+
+    def settle(self, seq: int) -> None:
+        with self.cv:
+            if seq > self.settled:
+                self.settled = seq
+                self.cv.notify()
+
+    def call(self, fn, *args) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    async def reset(self, seed: Optional[int]) -> None:
+        """End the battles in flight (forfeited, never handed back) and start new ones."""
+        slots = self.slots
+        self.agent.closing = True  # the pending decisions released below send nothing
+        slots.close()
+
+        def between() -> None:  # the old battles are gone, the new ones not started
+            with self.cv:
+                self.out.clear()
+                self.settled = -1
+            slots.clear()
+            if seed is not None:
+                self.reseed(seed)
+        await self.collector.restart(between)
+
+    def reseed(self, seed: int) -> None:
+        """New battles seeded ``seed`` (the simulator transport's battles and the team
+        draws): the same seed, teams and policy give the same battles."""
+        reseed = getattr(self.server, "reseed", None)
+        if reseed is not None:
+            reseed(seed)
+        teams = self.collector.teams
+        if teams.mine is not None:
+            mine = dataclasses.replace(teams.mine, seed=seed)
+            theirs = mine if teams.theirs is teams.mine else dataclasses.replace(teams.theirs, seed=seed + 7919)
+            self.collector.teams = dataclasses.replace(teams, mine=mine, theirs=theirs)
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stop every battle, the loop's thread and the managed server (idempotent)."""
+        loop = self.loop
+        if self.thread.is_alive() and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self.stop.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+        with self.cv:
+            self.cv.notify_all()
+
+
 class BattlePool:
     """``num_battles`` battles in flight, their sides handed to the caller in batches.
 
@@ -323,10 +494,10 @@ class BattlePool:
     ``embed_battle(battle) -> np.ndarray`` and ``observation_space``: your observation
     instead of the encoder's; ``reward_fn(battle) -> float``: your reward of the step that
     led to this state (default: the config's composite reward; without ``config``, the
-    presets' win 1, hp 0.1, faint 0.05). ``config``: a preset (YAML
-    path or Config); ``**options``: its keys (``max_wait_ms=5``, ``"runner.seed"=1``, ...).
-    ``shards``: N > 1 runs the battles in N worker processes, each with its own server
-    (:mod:`maple_async.env.shards`), behind the same API.
+    presets' win 1, hp 0.1, faint 0.05). Both run on your thread, inside :meth:`recv`.
+    ``config``: a preset (YAML path or Config); ``**options``: its keys (``max_wait_ms=5``,
+    ``"runner.seed"=1``, ...). ``shards``: N > 1 runs the battles in N worker processes,
+    each with its own server (:mod:`maple_async.env.shards`), behind the same API.
     """
 
     sharded: Optional[type] = None  # set by maple_async.env.shards: what shards=N builds
@@ -345,6 +516,7 @@ class BattlePool:
                  quiet: bool = True, **options):
         from ..inference.policy import resolve_device
         from ..teams import for_config
+        self._closed = False
         if num_battles < 1:
             raise ValueError("num_battles must be >= 1")
         self.cfg = cfg = config_mod.for_pool(battle_format, num_battles, teams, server, seed, config, options)
@@ -360,6 +532,7 @@ class BattlePool:
         self.batch_size = batch_size
         self.recv_timeout_s = recv_timeout_s
         self.embed_battle = embed_battle
+        self.reward_fn = reward_fn
         self.observation_space = observation_space
         self.game = games.of_format(cfg.runner.battle_format)
         if embed_battle is not None and self.game is games.DOUBLES:
@@ -370,85 +543,69 @@ class BattlePool:
         self.quiet = quiet
         for_config(cfg)  # an illegal team or format fails here, before any thread starts
 
-        self._out: deque = deque()
-        self._cv = threading.Condition()
         self._outstanding: dict[int, Optional[np.ndarray]] = {}  # with the caller: mask, None=terminal
         self._carry: list = []
-        self._error: Optional[BaseException] = None
-        self._closed = False
+        self._last_obs: dict[int, np.ndarray] = {}  # embed_battle's latest per slot (terminal steps)
         self._started = False
-        self._ready = threading.Event()
-        self._slots = _Slots(num_battles, 2 if self.self_play else 1, self._deliver, embed_battle, reward_fn,
-                             self.game)
-        self._opp = (self.opponent_name, opp_agent)
-        self._thread = threading.Thread(target=self._thread_main, name="maple-pool", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(start_timeout_s) and self._error is None:
-            self._error = TimeoutError(f"the pool's server did not start in {start_timeout_s:.0f}s")
-        if self._error is not None:
+        self._sent = 0  # sends so far: a settle mark names the send it follows
+        self._engine = eng = _Engine(cfg, self.device, (self.opponent_name, opp_agent), num_battles,
+                                     2 if self.self_play else 1, self.game, quiet)
+        self._finalizer = weakref.finalize(self, eng.shutdown)  # at close(), collection or exit
+        eng.thread.start()
+        if not eng.ready.wait(start_timeout_s) and eng.error is None:
+            eng.error = TimeoutError(f"the pool's server did not start in {start_timeout_s:.0f}s")
+        if eng.error is not None:
+            error = eng.error
             self.close()
-            raise self._error
-        atexit.register(self.close)
+            raise error
 
-    # -- the event loop's thread ---------------------------------------------------------
-    def _thread_main(self) -> None:
-        from ..run.process import run_async
-        try:
-            run_async(self._main())
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-            self._error = self._error or e
-        finally:
-            self._ready.set()
-            with self._cv:
-                self._cv.notify_all()
+    # -- what runs on the loop's thread, for tests and tools ----------------------------------
+    @property
+    def agent(self) -> Agent:
+        return self._engine.agent
 
-    async def _main(self) -> None:
-        from ..showdown import showdown_for
-        self.loop = asyncio.get_running_loop()
-        self._start = asyncio.Event()
-        self._stop = asyncio.Event()
-        cfg = self.cfg
-        async with showdown_for(cfg.server, quiet=self.quiet, runner=cfg.runner) as server:
-            self.server = server
-            self.agent = Agent(_CallerPolicy(), cfg.batcher, reward_cfg=cfg.reward, listener=self._slots,
-                               batcher_cls=HandoffBatcher, name="pool",
-                               batcher_kwargs={"sink": self._slots.handoff, "held": lambda: self._slots.with_caller})
-            self._slots.agent = self.agent
-            name, opp_agent = self._opp
-            self.collector = Collector(cfg, self.device, quiet=self.quiet, agent=self.agent, mix={name: 1.0},
-                                       opponents={name: opp_agent} if opp_agent else {}, label="pool")
-            self._ready.set()
-            await asyncio.wait([asyncio.ensure_future(self._start.wait()),
-                                asyncio.ensure_future(self._stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-            if self._stop.is_set():
-                return
-            run = asyncio.ensure_future(self.collector.run(server))
-            stop = asyncio.ensure_future(self._stop.wait())
-            await asyncio.wait([run, stop], return_when=asyncio.FIRST_COMPLETED)
-            self._slots.close()
-            self.collector.request_stop("closed")
-            await run
+    @property
+    def server(self):
+        return self._engine.server
 
-    def _deliver(self, record: Record) -> None:
-        with self._cv:
-            self._out.append(record)
-            self._cv.notify()
+    @property
+    def collector(self) -> Collector:
+        return self._engine.collector
 
-    def _call(self, fn, *args) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
+    @property
+    def _thread(self) -> threading.Thread:
+        return self._engine.thread
 
     # -- the caller's API ------------------------------------------------------------------
     @property
     def server_url(self) -> str:
-        return self.server.url
+        """The URL of the server the battles play on (the simulator transport: a label)."""
+        return str(self.server.url)
 
-    def async_reset(self) -> None:
-        """Start the battles (once; later calls do nothing): ``recv`` then returns their
-        first decisions."""
+    def async_reset(self, seed: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Start the battles; on a running pool, first end every battle in flight (each is
+        forfeited and never comes back, as a terminal step or otherwise) and forget every
+        slot's state. ``recv`` then returns the new battles' first steps. ``seed``: seed
+        the new battles (the simulator transport and team draws: the same seed, teams and a
+        deterministic policy play the same battles)."""
         self._check()
+        eng = self._engine
         if not self._started:
             self._started = True
-            self._call(self._start.set)
+            if seed is not None:
+                eng.call(eng.reseed, seed)
+            eng.call(eng.started.set)
+            return
+        future = asyncio.run_coroutine_threadsafe(eng.reset(seed), eng.loop)
+        try:
+            future.result(self.recv_timeout_s if timeout is None else timeout)
+        except TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"the pool's reset did not finish in {timeout or self.recv_timeout_s:.0f}s") from None
+        self._outstanding.clear()
+        self._carry = []
+        self._last_obs.clear()
+        self._check()
 
     def send(self, actions, env_ids) -> None:
         """Answer the slots ``env_ids`` (each returned by ``recv`` and not answered yet)."""
@@ -468,7 +625,8 @@ class BattlePool:
 
     def _forward(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         """Checked answers on their way to the battles."""
-        self._call(self._slots.answer, list(zip(env_ids.tolist(), actions.tolist())))
+        self._sent += 1
+        self._engine.call(self._engine.slots.answer, list(zip(env_ids.tolist(), actions.tolist())), self._sent)
 
     def _validate(self, actions: np.ndarray, env_ids: np.ndarray) -> set:
         """The answered slots; a ``ValueError`` naming every problem (nothing is sent)."""
@@ -494,30 +652,43 @@ class BattlePool:
             raise ValueError("send refused, nothing was sent: " + "; ".join(problems))
         return seen
 
-    def recv(self, timeout: Optional[float] = None):
+    def recv(self, timeout: Optional[float] = None, *, settled: bool = False):
         """The next pending slots: ``(obs, reward, terminated, truncated, info)``.
 
         ``obs`` is ``{"observation": [n, D] float32, "action_mask": [n, A] bool}``; ``info``
         holds arrays ``env_id``, ``elapsed_step`` (0: a new battle), ``action_mask``,
         ``kind``, ``battle_tag``, ``side``, ``opponent``, ``outcome``, ``abandoned``,
         ``retry`` (Showdown rejected the slot's previous action, which this step replaces:
-        rare, from hidden information such as a trapping ability) and the bool ``timed_out`` (fewer than ``batch_size`` slots, or none, in ``timeout`` s)."""
+        rare, from hidden information such as a trapping ability) and the bools ``timed_out``
+        (fewer than ``batch_size`` slots, or none, in ``timeout`` s) and ``settled``
+        (nothing more can come before these are answered: every other live battle side
+        waits on one of them, or on its opponent's choice).
+
+        ``settled=True`` (the synchronous faces' decision clock): wait for that, not for
+        the flush rule's batch (``batch_size`` is then ignored). A user's ``embed_battle``
+        or ``reward_fn`` that raises does so here, with a note naming it and the battle;
+        the same slots come back (and raise again) until :meth:`async_reset`."""
         self._check()
         if not self._started:
             self.async_reset()
+        eng = self._engine
         timeout = self.recv_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        want = self.batch_size
+        want = None if settled else self.batch_size
         records, self._carry = self._carry, []
-        timed_out = False
-        with self._cv:
+        timed_out = done = False
+        last = time.monotonic()  # (settled: the latest record; a step never stalls on a missed mark)
+        with eng.cv:
             while True:
                 self._check()
-                out = self._out
+                out = eng.out
                 if want is None:
+                    if out:
+                        last = time.monotonic()
                     while out:
                         records.append(out.popleft())
-                    if records:
+                    done = eng.settled >= self._sent
+                    if records and (done or not settled or time.monotonic() - last >= SETTLE_GRACE_S):
                         break
                 else:
                     while out and len(records) < want:
@@ -528,29 +699,61 @@ class BattlePool:
                 if remaining <= 0:
                     timed_out = True
                     break
-                self._cv.wait(remaining)
+                eng.cv.wait(min(remaining, SETTLE_GRACE_S) if settled and records else remaining)
+        try:
+            arrays = self._arrays(records, timed_out)
+        except BaseException:
+            self._carry = records  # back for the next recv: their slots stay consistent
+            raise
+        arrays[4]["settled"] = done
         for r in records:
             self._outstanding[r.env_id] = None if (r.terminated or r.truncated) else r.mask
-        return self._arrays(records, timed_out)
+        return arrays
 
     def step(self, actions, env_ids):
         """:meth:`send`, then :meth:`recv`."""
         self.send(actions, env_ids)
         return self.recv()
 
+    def _call_user(self, fn: Callable, name: str, r: Record):
+        try:
+            return fn(r.battle)
+        except Exception as e:
+            e.add_note(f"raised by the battle pool's {name} on battle {r.battle_tag} ({r.side}, step "
+                       f"{r.elapsed_step}); the pool goes on after async_reset() / reset()")
+            raise
+
     def _arrays(self, records: list, timed_out: bool):
         n = len(records)
-        if self.embed_battle is None:
+        embed, reward_fn = self.embed_battle, self.reward_fn
+        if embed is None:
             obs = np.empty((n, self.game.obs_dim), dtype=np.float32)
             for i, r in enumerate(records):
                 obs[i] = r.obs
             derive(obs)
         else:
-            obs = np.stack([np.asarray(r.obs) for r in records]) if n else np.zeros((0,), np.float32)
+            rows = []
+            for r in records:
+                if r.terminated or r.truncated:
+                    row = self._last_obs.get(r.env_id)
+                    if row is None:  # a side that ended before its first step reached us
+                        row = np.zeros_like(rows[0]) if rows else None
+                else:
+                    row = self._last_obs[r.env_id] = np.asarray(self._call_user(embed, "embed_battle", r))
+                rows.append(row)
+            if rows and any(row is None for row in rows):
+                like = next((row for row in rows if row is not None), np.zeros(1, np.float32))
+                rows = [np.zeros_like(like) if row is None else row for row in rows]
+            obs = np.stack(rows) if n else np.zeros((0,), np.float32)
         mask = np.zeros((n, self.n_actions), dtype=bool)
         for i, r in enumerate(records):
             mask[i] = r.mask
-        reward = np.fromiter((r.reward for r in records), np.float32, n)
+        if reward_fn is None:
+            reward = np.fromiter((r.reward for r in records), np.float32, n)
+        else:  # a battle's first step and an abandoned side's end follow no action of theirs
+            reward = np.fromiter((float(self._call_user(reward_fn, "reward_fn", r))
+                                  if (r.elapsed_step > 0 or r.terminated) and not r.truncated else 0.0
+                                  for r in records), np.float32, n)
         terminated = np.fromiter((r.terminated for r in records), bool, n)
         truncated = np.fromiter((r.truncated for r in records), bool, n)
         info = {
@@ -569,13 +772,15 @@ class BattlePool:
         return {"observation": obs, "action_mask": mask}, reward, terminated, truncated, info
 
     def set_opponent(self, opponent: Any) -> None:
-        """Battles that start from now on play ``opponent`` (those in flight play on).
+        """Battles that start from now on play ``opponent`` (those in flight play on); the
+        previous opponent's agent is closed once its battles have ended.
         Self-play and the other opponents have different slot counts: no switch between them."""
         self._check()
         name, agent = _opponent(opponent, self.cfg, self.device)
         self._same_slots(name)
         self.opponent_name = name
-        self._call(self.collector.set_mix, {name: 1.0}, {name: agent} if agent else {})
+        eng = self._engine
+        eng.call(eng.collector.set_mix, {name: 1.0}, {name: agent} if agent else {})
 
     def _same_slots(self, opponent: Any) -> None:
         if (opponent == "self") != self.self_play:
@@ -593,35 +798,25 @@ class BattlePool:
                 "faults": self.collector.faults}
 
     def _check(self) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"the battle pool stopped: {self._error!r}") from self._error
         if self._closed:
             raise RuntimeError("the battle pool is closed")
+        error = self._engine.error
+        if error is not None:
+            raise RuntimeError(f"the battle pool stopped: {error!r}") from error
 
     def close(self, timeout: float = 60.0) -> None:
-        """Stop every battle, the event loop's thread and the managed server."""
+        """Stop every battle, the event loop's thread and the managed server. A second call
+        does nothing; any other call after it raises ``RuntimeError``."""
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
-        loop = getattr(self, "loop", None)
-        if self._thread.is_alive() and loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:  # the loop closed meanwhile
-                pass
-        self._thread.join(timeout)
-        with self._cv:
-            self._cv.notify_all()
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None and finalizer.alive:
+            finalizer.detach()
+            self._engine.shutdown(timeout)
 
     def __enter__(self) -> "BattlePool":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self):
-        try:
-            self.close(timeout=5.0)
-        except Exception:
-            pass

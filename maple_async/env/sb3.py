@@ -11,28 +11,37 @@ ignored), as poke-env's own environments pad a side that is not to move.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from .gym import SyncSlots, observation_space
+from .gym import SyncSlots, observation_space, resolve_clock
 from .pool import BattlePool
 
 
 class BattleSB3VecEnv(VecEnv):
-    def __init__(self, *args, **kwargs):
+    """SB3 ``VecEnv`` over a :class:`BattlePool` (same arguments, and ``clock``: see
+    :mod:`maple_async.env.gym`). ``reset()`` may come at any time (SB3 calls it at every
+    ``learn()``): the battles in flight end, new ones start, seeded by ``seed()``'s value."""
+
+    def __init__(self, *args, clock: Optional[str] = None, **kwargs):
         self.pool = BattlePool(*args, **kwargs)
+        clock = resolve_clock(self.pool, clock)
         space = observation_space(self.pool)
         super().__init__(self.pool.num_envs, space, spaces.Discrete(self.pool.n_actions))
-        self._slots = SyncSlots(self.pool, space.shape, space.dtype)
+        self._slots = SyncSlots(self.pool, space.shape, space.dtype, clock)
         self._actions = None
         self.is_active = np.zeros(self.num_envs, dtype=bool)
 
     def reset(self):
-        obs, masks, _r, _t, _u, info = self._slots.reset()
+        seed = self._seeds[0]  # VecEnv.seed(s) gives slot i the seed s + i: one pool, one seed
+        obs, masks, _r, _t, _u, info = self._slots.reset(seed)
+        self._reset_seeds()
+        self._reset_options()
         self.is_active = info["is_active"]
+        self.reset_infos = [{"is_active": bool(a)} for a in self.is_active]
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -46,10 +55,14 @@ class BattleSB3VecEnv(VecEnv):
         self._slots.ack(ended)
         self.is_active = info["is_active"]
         infos: list[dict] = [{"is_active": bool(a)} for a in self.is_active]
+        if info["timed_out"][0]:  # the pool's recv_timeout_s passed with nothing: all padding
+            for d in infos:
+                d["timed_out"] = True
         for i in ended:
             infos[i]["terminal_observation"] = obs[i].copy()
             infos[i]["TimeLimit.truncated"] = bool(truncated[i])  # SB3 bootstraps these
             infos[i]["outcome"] = info["outcome"][i]
+            infos[i]["battle_tag"], infos[i]["side"] = info["battle_tag"][i], info["side"][i]
             if info["abandoned"][i]:
                 infos[i]["abandoned"] = True
             self._slots.masks[i] = self._slots.padding  # inactive until its next battle

@@ -83,9 +83,11 @@ class PolicyPlayer(FastBattles, Player):
         return self.agent.choose(battle, self.opponent_name)
 
     async def _handle_battle_message(self, split_messages) -> None:
-        if self.accept_open_team_sheet:  # the opponent's sheet: a flag of the observation
-            for m in split_messages:
-                if len(m) > 2 and m[1] == "showteam":
+        for m in split_messages:
+            if len(m) > 2:
+                if m[1] == "request" and m[2] and '"update":true' not in m[2]:
+                    count_request(self._battles.get(split_messages[0][0][1:]))
+                elif m[1] == "showteam" and self.accept_open_team_sheet:  # a flag of the observation
                     battle = await self._get_battle(split_messages[0][0])
                     if m[2] != battle.player_role:
                         battle.__dict__["_maple_sheet"] = True
@@ -94,6 +96,11 @@ class PolicyPlayer(FastBattles, Player):
     def teampreview(self, battle):
         return self.agent.preview(battle, self.opponent_name)
 
+    async def _handle_battle_request(self, battle, maybe_default_order: bool = False):
+        if battle._wait and self.agent.listener is not None:  # asks nothing: a pool's step may be whole
+            self.agent.listener.side_waits()
+        await super()._handle_battle_request(battle, maybe_default_order)
+
     def _battle_finished_callback(self, battle) -> None:
         settle(self, battle)
         if self.replays is not None:
@@ -101,6 +108,22 @@ class PolicyPlayer(FastBattles, Player):
         if self.on_finished is not None:
             self.on_finished(battle)
         forget_later(self, battle)
+
+
+def count_request(battle) -> None:
+    """One more request of Showdown's for this side (both sides get one per round, a wait
+    included; a request re-sent as an update is not counted). The first request can come
+    with the battle's first message, before the battle exists: :func:`request_round` counts
+    it then."""
+    if battle is not None:
+        d = battle.__dict__
+        d["_maple_round"] = request_round(battle) + 1
+
+
+def request_round(battle) -> int:
+    """How many rounds of requests this side has had."""
+    n = battle.__dict__.get("_maple_round")
+    return n if n is not None else (1 if battle.last_request else 0)
 
 
 class ForgetfulBaseline:
