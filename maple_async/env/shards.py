@@ -6,6 +6,11 @@ own event loop) behind one pipe: a
 batch its pool gathers goes to the parent at once as one message of arrays (one pickle per
 batch, not per slot), and the parent's answers come back as one message per worker and
 ``send``. Worker ``w``'s slot ``e`` is the parent's slot ``offset[w] + e``.
+
+Every reset starts a new epoch: a worker tags each batch with the epoch it was gathered
+in, and the parent drops a batch of an earlier one, so ``recv`` after ``async_reset``
+returns only the new battles' steps. A worker whose pool stops sends its traceback before
+it exits (code 1); the parent raises it, naming the shard, from every call after.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import signal
+import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import wait
 from typing import Any, Optional
 
@@ -23,67 +30,117 @@ import numpy as np
 from ..obs import games
 from .pool import BattlePool
 
+
+def _stopped(pool) -> bool:
+    """Whether ``pool`` itself stopped (its server or loop failed, or it was closed), as
+    opposed to a caller's callback raising in its ``recv``."""
+    try:
+        pool._check()
+    except RuntimeError:
+        return True
+    return False
+
+
 def _worker(conn, args: tuple, kwargs: dict) -> None:
     """A shard: its pool's batches go to the parent as soon as they are gathered (this
-    thread blocks in ``recv``, no polling); a reader thread applies the parent's messages."""
+    thread blocks in ``recv``, no polling); a reader thread applies the parent's messages.
+
+    To the parent: ``("ready", num_envs, server_url, opponent_name)``, then
+    ``("batch", arrays, epoch)``, ``("reset", epoch)`` (done), ``("stats", dict)``,
+    ``("opponent", name, error)``, ``("error", traceback, epoch)`` (the caller's
+    ``embed_battle`` or ``reward_fn`` raised: no batches until the next reset) and
+    ``("fatal", traceback)`` (the pool stopped; the worker then exits with code 1)."""
     from ..server import _die_with_parent
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    try:
-        pool = BattlePool(*args, **kwargs)
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-        return
-    lock = threading.Lock()
+    send_lock = threading.Lock()
     stop = threading.Event()
+    fatal: list = []
 
     def reply(msg) -> None:
-        with lock:
-            conn.send(msg)
+        try:
+            with send_lock:
+                conn.send(msg)
+        except (OSError, EOFError, ValueError):  # the parent is gone
+            stop.set()
+
+    try:
+        pool = BattlePool(*args, **kwargs)
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        reply(("fatal", traceback.format_exc()))
+        sys.exit(1)
+    # One pool.recv or reset at a time, so a batch's epoch is the one it was gathered in.
+    pool_lock = threading.Lock()
+    state = {"epoch": 0, "failed": False}  # epoch 0: not started; failed: a callback raised
 
     def read() -> None:
         try:
             while True:
-                msg = conn.recv()
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    return  # the parent is gone
                 op = msg[0]
                 if op == "send":  # checked by the parent, which only answers what it received
                     pool.answer(msg[1], msg[2])
                 elif op == "reset":
-                    pool.async_reset()
+                    with pool_lock:
+                        pool.async_reset(msg[1])
+                        state.update(epoch=msg[2], failed=False)
+                    reply(("reset", msg[2]))
                 elif op == "opponent":
-                    pool.set_opponent(msg[1])
+                    try:
+                        pool.set_opponent(msg[1])
+                        reply(("opponent", pool.opponent_name, None))
+                    except Exception as e:  # noqa: BLE001 - the parent raises it
+                        reply(("opponent", None, f"{type(e).__name__}: {e}"))
                 elif op == "stats":
                     reply(("stats", pool.stats))
                 elif op == "close":
-                    break
-        except (EOFError, OSError):
-            pass
+                    return
+        except BaseException:  # noqa: BLE001 - reported to the parent
+            fatal.append(traceback.format_exc())
         finally:
             stop.set()
 
-    reply(("ready", pool.num_envs))
+    reply(("ready", pool.num_envs, pool.server_url, pool.opponent_name))
     reader = threading.Thread(target=read, name="maple-shard-reader", daemon=True)
     reader.start()
     try:
         while not stop.is_set():
-            if not pool._started:
+            out = None
+            with pool_lock:
+                epoch = state["epoch"]
+                if epoch and not state["failed"]:
+                    try:
+                        out = pool.recv(timeout=0.2)
+                    except Exception:
+                        if _stopped(pool):
+                            raise
+                        state["failed"] = True  # the same records would raise again: wait for a reset
+                        out = traceback.format_exc()
+            if out is None:
                 stop.wait(0.05)
-                continue
-            out = pool.recv(timeout=0.2)
-            if len(out[1]):
-                reply(("batch", out))
-    except (BrokenPipeError, OSError, KeyboardInterrupt):
-        pass
-    except RuntimeError:  # the pool stopped: the parent sees this shard exit
-        pass
+            elif isinstance(out, str):
+                reply(("error", out, epoch))
+            elif len(out[1]):
+                reply(("batch", out, epoch))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        fatal.append(traceback.format_exc())
     finally:
+        if fatal:
+            reply(("fatal", fatal[0]))
         pool.close()
+    if fatal:
+        sys.exit(1)
 
 
 class ShardedPool(BattlePool):
     """The same API as :class:`BattlePool` over ``shards`` worker processes; ``num_battles``
     is split between them. Each starts its own managed server with its share of the
-    simulators, or with ``server=URL`` all play on that one."""
+    simulators, or with ``server=URL`` all play on that one. A shard that fails stops the
+    pool: every later call raises ``RuntimeError`` naming the shard, its exit code and the
+    worker's traceback."""
 
     def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
                  batch_size: Optional[int] = None, opponent: Any = "self", teams=None,
@@ -104,15 +161,19 @@ class ShardedPool(BattlePool):
         self.n_actions = self.game.n_actions
         self.obs_dim = self.game.obs_dim if self.embed_battle is None else None
         self._closed = False
-        self._error = None
+        self._error: Optional[str] = None  # why the pool stopped (a shard failed)
+        self._user_error: Optional[str] = None  # a caller's callback raised in a shard: until async_reset
         self._started = False
+        self._epoch = 0
         self._outstanding: dict[int, Optional[np.ndarray]] = {}
         self._carry: list = []
+        self._server = server  # given: every shard plays there
         self.opponent_name = opponent if isinstance(opponent, str) else getattr(opponent, "__name__", "policy")
         self.self_play = opponent == "self"
         ctx = mp.get_context("spawn")
         sims = kwargs.pop("simulators", None) or resolve_simulators(0, shards)
         self._conns, self._procs = [], []
+        self._replies: list[dict] = [{} for _ in range(shards)]
         for i in range(shards):
             n = num_battles // shards + (i < num_battles % shards)
             kw = dict(kwargs, battle_format=battle_format, num_battles=n, batch_size=None, server=server,
@@ -124,18 +185,23 @@ class ShardedPool(BattlePool):
             child.close()
             self._conns.append(parent)
             self._procs.append(proc)
-        self._offsets, self._sizes = [], []
+        self._offsets, self._sizes, self._urls = [], [], []
         offset = 0
         try:
             for i, conn in enumerate(self._conns):
                 if not conn.poll(start_timeout_s):
                     raise TimeoutError(f"shard {i} did not start in {start_timeout_s:.0f}s")
-                kind, value = conn.recv()
-                if kind == "error":
-                    raise RuntimeError(f"shard {i} failed to start: {value}")
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    self._died(i)
+                if msg[0] == "fatal":
+                    raise RuntimeError(f"shard {i} failed to start: {msg[1]}")
+                _, size, url, self.opponent_name = msg
                 self._offsets.append(offset)
-                self._sizes.append(value)
-                offset += value
+                self._sizes.append(size)
+                self._urls.append(url)
+                offset += size
         except BaseException:
             self.close()
             raise
@@ -144,35 +210,95 @@ class ShardedPool(BattlePool):
         if batch_size is not None and not 1 <= batch_size <= self.num_envs:
             self.close()
             raise ValueError(f"batch_size must be between 1 and the {self.num_envs} slots (or None)")
-        self._stats: list = [None] * shards
         atexit.register(self.close)
+
+    @property
+    def server_url(self):
+        """With ``server=URL``: that URL (every shard plays there). Otherwise each shard
+        runs its own managed server and this is the list of their URLs, shard by shard
+        (:attr:`server_urls` is always that list)."""
+        return self._urls[0] if self._server is not None else list(self._urls)
+
+    @property
+    def server_urls(self) -> list:
+        """Each shard's server URL, shard by shard."""
+        return list(self._urls)
 
     def _check(self) -> None:
         if self._closed:
             raise RuntimeError("the battle pool is closed")
-        dead = [i for i, p in enumerate(self._procs) if not p.is_alive()]
-        if dead:
-            raise RuntimeError(f"the battle pool stopped: shard {dead[0]} exited "
-                               f"(code {self._procs[dead[0]].exitcode})")
+        if self._error is None:
+            for i, p in enumerate(self._procs):
+                if not p.is_alive():
+                    self._died(i)
+        if self._error is not None:
+            raise RuntimeError(f"the battle pool stopped: {self._error}")
 
-    def async_reset(self) -> None:
+    def _died(self, i: int, cause: Optional[str] = None) -> None:
+        """Shard ``i`` failed, exited or broke its pipe: the pool stops, naming it, its exit
+        code and (when it sent one) its traceback."""
+        if self._error is None:
+            p = self._procs[i]
+            cause = cause or self._last_words(i)
+            p.join(10)  # a pipe closes a moment before its process has exited
+            how = "failed" if p.exitcode is None else f"exited (code {p.exitcode})"
+            self._error = f"shard {i} {how}" + (f":\n{cause}" if cause else "")
+        raise RuntimeError(f"the battle pool stopped: {self._error}")
+
+    def _last_words(self, i: int) -> Optional[str]:
+        """The traceback a dead shard sent before it exited, if it is still in its pipe."""
+        conn = self._conns[i]
+        try:
+            while conn.poll(0):
+                msg = conn.recv()
+                if msg[0] == "fatal":
+                    return msg[1]
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def _post(self, i: int, msg: tuple) -> None:
+        try:
+            self._conns[i].send(msg)
+        except (OSError, EOFError):
+            self._died(i)
+
+    def async_reset(self, seed: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Start the battles; on a running pool, end every battle in flight in every shard
+        and forget every slot's state, as :meth:`BattlePool.async_reset`. ``seed``: shard
+        ``i``'s new battles are seeded ``shard_seed(seed, i)``. Returns once every shard has
+        reset; ``recv`` then returns only the new battles' steps."""
+        from ..run.process import shard_seed
         self._check()
-        if not self._started:
-            self._started = True
-            for conn in self._conns:
-                conn.send(("reset",))
+        self._started = True
+        self._epoch += 1
+        self._outstanding.clear()
+        self._carry = []
+        self._user_error = None
+        for i in range(self.shards):
+            self._replies[i].pop("reset", None)
+            self._post(i, ("reset", None if seed is None else shard_seed(seed, i), self._epoch))
+        self._gather("reset", self.recv_timeout_s if timeout is None else timeout)
 
     def _forward(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         shard = np.searchsorted(self._offsets, env_ids, side="right") - 1
         for s in np.unique(shard):
             rows = shard == s
-            self._conns[s].send(("send", actions[rows].astype(np.int64),
-                                 (env_ids[rows] - self._offsets[s]).astype(np.int64)))
+            self._post(int(s), ("send", actions[rows].astype(np.int64),
+                                (env_ids[rows] - self._offsets[s]).astype(np.int64)))
 
-    def recv(self, timeout: Optional[float] = None):
+    def recv(self, timeout: Optional[float] = None, *, settled: bool = False):
+        """As :meth:`BattlePool.recv`. A caller's ``embed_battle`` or ``reward_fn`` that
+        raised in a shard raises here as ``RuntimeError`` naming the shard, with its
+        traceback, until :meth:`async_reset`. ``settled=True`` is not supported here."""
+        if settled:
+            raise NotImplementedError("recv(settled=True) (the decision clock) needs one pool: "
+                                      "use shards=1 or the batch clock")
         self._check()
         if not self._started:
             self.async_reset()
+        if self._user_error is not None:
+            raise RuntimeError(self._user_error)
         timeout = self.recv_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
         parts, self._carry = self._carry, []
@@ -180,6 +306,9 @@ class ShardedPool(BattlePool):
         timed_out = False
         while True:
             parts += self._take(0.0)  # everything the shards have sent by now
+            if self._user_error is not None:
+                self._carry = parts
+                raise RuntimeError(self._user_error)
             have = sum(len(p[1]) for p in parts)
             if (want is None and have) or (want is not None and have >= want):
                 break
@@ -197,66 +326,101 @@ class ShardedPool(BattlePool):
             self._outstanding[e] = None if (t or u) else m
         return obs, rew, term, trunc, info
 
-    def _take(self, timeout: float, want_stats: bool = False) -> list:
-        """Batches the shards have sent, waiting up to ``timeout`` for the first."""
+    def _take(self, timeout: float) -> list:
+        """Batches of the current epoch the shards have sent, waiting up to ``timeout`` for
+        the first message; replies are kept in ``_replies``."""
         parts = []
         for conn in wait(self._conns, timeout):
             i = self._conns.index(conn)
-            while conn.poll():
-                try:
-                    kind, out = conn.recv()
-                except EOFError:
-                    self._check()
-                    raise
-                if kind == "stats":
-                    self._stats[i] = out
-                    continue
-                out[4]["env_id"] = out[4]["env_id"] + self._offsets[i]
-                parts.append(out)
+            try:
+                while conn.poll():
+                    parts += self._handle(i, conn.recv())
+            except (EOFError, OSError):  # the worker died (or closed its pipe) mid-message
+                self._died(i)
         self._check()
         return parts
 
+    def _handle(self, i: int, msg: tuple) -> list:
+        kind = msg[0]
+        if kind == "batch":
+            _, out, epoch = msg
+            if epoch != self._epoch:  # gathered before the latest reset
+                return []
+            out[4]["env_id"] = out[4]["env_id"] + self._offsets[i]
+            return [out]
+        if kind == "fatal":
+            self._died(i, msg[1])
+        elif kind == "error":
+            if msg[2] == self._epoch and self._user_error is None:
+                self._user_error = (f"shard {i}: the caller's embed_battle or reward_fn raised (the pool "
+                                    f"goes on after async_reset()):\n{msg[1]}")
+        elif kind != "reset" or msg[1] == self._epoch:
+            self._replies[i][kind] = msg[1:]
+        return []
+
+    def _gather(self, kind: str, timeout: float) -> list:
+        """Every shard's reply ``kind``; batches that arrive meanwhile stay for ``recv``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = [i for i, r in enumerate(self._replies) if kind not in r]
+            if not missing:
+                return [r.pop(kind) for r in self._replies]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"shard {missing[0]} did not answer ({kind}) in {timeout:.0f}s")
+            self._carry += self._take(min(remaining, 1.0))
+
     def set_opponent(self, opponent: Any) -> None:
+        """As :meth:`BattlePool.set_opponent`, in every shard (``opponent`` must pickle)."""
         self._check()
         self._same_slots(opponent)
-        for conn in self._conns:
-            conn.send(("opponent", opponent))
+        for i in range(self.shards):
+            self._replies[i].pop("opponent", None)
+            self._post(i, ("opponent", opponent))
+        replies = self._gather("opponent", self.recv_timeout_s)
+        for i, (_, error) in enumerate(replies):
+            if error:
+                raise ValueError(f"set_opponent failed in shard {i}: {error}")
+        self.opponent_name = replies[0][0]
 
     @property
     def stats(self) -> dict:
         """Every shard's counters, summed (one round trip to each)."""
-        self._stats = [None] * self.shards
-        for conn in self._conns:
-            conn.send(("stats",))
-        deadline = time.monotonic() + 30.0
-        while any(st is None for st in self._stats) and time.monotonic() < deadline:
-            self._carry += self._take(1.0)  # batches on their way stay for recv
+        self._check()
+        for i in range(self.shards):
+            self._replies[i].pop("stats", None)
+            self._post(i, ("stats",))
         total: dict = {}
-        for st in self._stats:
-            for k, v in (st or {}).items():
+        for (st,) in self._gather("stats", 30.0):
+            for k, v in st.items():
                 total[k] = total.get(k, 0) + v
         batches = total.get("batches", 0)
         total["mean_batch"] = total.get("decisions", 0) / batches if batches else 0.0
         return total
 
     def close(self, timeout: float = 30.0) -> None:
+        """Ask every worker to stop, wait for all of them together up to ``timeout``,
+        then terminate (and at last kill) the ones still running."""
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self.close)
-        for conn in getattr(self, "_conns", []):
+        conns, procs = getattr(self, "_conns", []), getattr(self, "_procs", [])
+        for conn in conns:
             try:
                 conn.send(("close",))
             except (BrokenPipeError, OSError):
                 pass
-        for p in getattr(self, "_procs", []):
-            p.join(timeout)
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-        for conn in getattr(self, "_conns", []):
+        for stage, grace in ((None, timeout), ("terminate", 5.0), ("kill", 5.0)):
+            alive = [p for p in procs if p.is_alive()]
+            if stage is not None:
+                for p in alive:
+                    getattr(p, stage)()
+            deadline = time.monotonic() + grace
+            for p in alive:
+                p.join(max(0.0, deadline - time.monotonic()))
+        for conn in conns:
             conn.close()
-
 
 
 def _picklable(*objs) -> None:

@@ -293,19 +293,66 @@ class _PipeSender:
         self.conn.close()
 
 
-def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
-    from ..config import from_saved
+class _Inbox:
+    """The learner's messages to a worker, read by a daemon thread: a thread blocked in the
+    queue's ``get`` would hold up the event loop's shutdown (an executor's thread does), and
+    a learner that is gone reads as None (stop)."""
 
+    def __init__(self, q, alive: Callable[[], bool]):
+        self.q, self.alive = q, alive
+        self.items: Optional[asyncio.Queue] = None
+
+    async def get(self) -> Optional[dict]:
+        if self.items is None:
+            self.items = asyncio.Queue()
+            threading.Thread(target=self._run, args=(asyncio.get_running_loop(),),
+                             name="maple-shard-inbox", daemon=True).start()
+        return await self.items.get()
+
+    def _run(self, loop) -> None:
+        while True:
+            try:
+                msg = self.q.get(timeout=1.0)
+            except queue.Empty:
+                if self.alive():
+                    continue
+                msg = None
+            except (EOFError, OSError):
+                msg = None
+            try:
+                loop.call_soon_threadsafe(self.items.put_nowait, msg)
+            except RuntimeError:  # the loop is closed
+                return
+            if msg is None:
+                return
+
+
+def _worker_main(shard: int, cfg_dict: dict, conn, in_q) -> None:
+    """A shard worker: :func:`run_shard` over its pipe and queue. It dies with the learner
+    (even a SIGKILLed one), and an error ends it with code 1 after it sent the learner
+    ``("error", shard, traceback)``."""
+    import sys
+    import traceback
+
+    from ..config import from_saved
+    from ..server import _die_with_parent
+
+    _die_with_parent()
+    parent = mp.parent_process().pid
+    if os.getppid() != parent:  # the learner died before the line above
+        return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when workers stop
-    cfg = from_saved(cfg_dict)
-    setup_battle_process(cfg, seed=True)
-    parent = os.getppid()
     send = _PipeSender(conn)
+    alive = lambda: os.getppid() == parent  # noqa: E731
     try:
-        run_async(run_shard(shard, cfg, send, lambda: asyncio.to_thread(in_q.get),
-                            alive=lambda: os.getppid() == parent, queued=send.queued))
-    finally:
+        cfg = from_saved(cfg_dict)
+        setup_battle_process(cfg, seed=True)
+        run_async(run_shard(shard, cfg, send, _Inbox(in_q, alive).get, alive=alive, queued=send.queued))
+    except BaseException:  # noqa: BLE001 - the learner reports it when it replaces this worker
+        send(("error", shard, traceback.format_exc()))
         send.close()
+        sys.exit(1)
+    send.close()
 
 
 # -- shards: the learner side --------------------------------------------------------------
@@ -319,6 +366,7 @@ class _Shard:
     retired: dict = field(default_factory=dict)  # counters of replaced workers
     restarts: int = 0
     done: bool = False
+    cause: str = ""  # the traceback a failed worker sent
 
 
 class ProcessTransport:
@@ -332,7 +380,7 @@ class ProcessTransport:
         self.quiet = quiet
         self.ctx = mp.get_context("spawn")
         # Read ends of the workers' pipes, a replaced worker's until its EOF (so what it
-        # sent before dying is still read). Only the polling thread removes entries.
+        # sent before dying is still read). Only _drain removes entries, one call at a time.
         self._readers: list = []
         self.shards: list[_Shard] = []
         self.checksums: dict[int, float] = {}
@@ -459,12 +507,22 @@ class ProcessTransport:
             self.shards[i].stats = payload
         elif kind == "done":
             self.shards[i].done = True
+        elif kind == "error":
+            self.shards[i].cause = payload
 
     def _replace_dead_workers(self) -> None:
-        for sh in self.shards:
-            if not self._alive(sh) and not sh.done:
-                self._print(f"[train] shard {sh.index} worker died (exit {self._exit_code(sh)}); its "
-                            f"in-flight battles are dropped; starting a replacement")
+        dead = [sh for sh in self.shards if not self._alive(sh) and not sh.done]
+        if dead:
+            for msg in self._drain(0):  # what a worker sent just before it died: its cause
+                self._handle(msg)
+        for sh in dead:
+            if not sh.done:
+                cause = sh.cause.strip()
+                why = f": {cause.splitlines()[-1]}" if cause else ""
+                self._print(f"[train] shard {sh.index} worker died (exit {self._exit_code(sh)}){why}; its "
+                            f"in-flight battles are dropped; starting a replacement"
+                            + (f"\n{cause}" if cause else ""))
+                sh.cause = ""
                 for k in (*self.COUNTERS, "backlog_held_s"):
                     sh.retired[k] = sh.retired.get(k, 0) + sh.stats.get(k, 0)
                 sh.stats = {}
