@@ -2,15 +2,20 @@
 
 ``make_sb3_vec_env`` turns a ``BattlePool`` into an SB3 ``VecEnv`` (one env per battle slot;
 self-play by default: both sides of each battle). ``MaskablePPO("MlpPolicy", venv)`` reads the
-legal actions through ``env_method("action_masks")``. A slot that cannot decide in a step is a
-padding step (only action 0 legal, ignored). A callback stops learning at the time limit; the
-model is saved, then evaluated through ``maple_async.tools.evaluate.evaluate_policy`` against random and
-max_power as a batch callable that runs ``model.predict(obs, action_masks=masks)``.
+legal actions through ``env_method("action_masks")``. The face steps on the decision clock: a
+step holds every battle side that has a decision (a slot that waits, on a forced switch or
+between battles, is a padding step: only action 0 legal, ignored).
 
-Train 10 minutes on 2 CPU cores, save ``runs/sb3_maskable/model.zip`` and evaluate it over 300
-battles each against random and max_power::
+It trains as SB3's documentation does, in chunks: ``learn()`` for a third of the time,
+sb3-contrib's ``evaluate_policy`` on the same env (which resets it: the battles in flight end),
+``learn(reset_num_timesteps=False)`` again, and so on; then saves the model, loads it back and
+evaluates the loaded one through ``maple_async.tools.evaluate.evaluate_policy`` against random
+and max_power, as a batch callable that runs ``model.predict(obs, action_masks=masks)``.
 
-    .venv/bin/python examples/sb3_maskable_ppo.py --minutes 10 --seed 1
+Train 10 minutes on 2 CPU cores in three chunks, save ``runs/sb3_maskable/model.zip`` and
+evaluate it over 300 battles each against random and max_power::
+
+    .venv/bin/python examples/sb3_maskable_ppo.py --minutes 10 --chunks 3 --seed 1
 
 Evaluate the saved model again (``policy`` loads ``$MAPLE_EXAMPLE_MODEL``, default
 ``runs/sb3_maskable/model.zip``)::
@@ -60,7 +65,10 @@ def policy():
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget")
+    p.add_argument("--minutes", type=float, default=10.0, help="wall-clock training budget (learn() time)")
+    p.add_argument("--chunks", type=int, default=3, help="learn() calls, with an evaluate_policy between two")
+    p.add_argument("--clock", default="decision", choices=("decision", "flush"),
+                   help="the face's step: every side with a decision, or the pool's flush-rule batch")
     p.add_argument("--total-steps", type=int, default=0,
                    help="stop after this many env steps (all slots, padding included; 0: only the time limit)")
     p.add_argument("--num-battles", type=int, default=32, help="battles in flight (self-play: 2 envs each)")
@@ -68,6 +76,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="runs/sb3_maskable")
     p.add_argument("--eval-battles", type=int, default=300, help="per baseline; 0: skip")
+    p.add_argument("--between-episodes", type=int, default=16,
+                   help="sb3-contrib evaluate_policy episodes between two chunks (0: skip)")
     p.add_argument("--battle-format", default="gen9randombattle")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--n-steps", type=int, default=64, help="steps per env per rollout")
@@ -82,6 +92,7 @@ def parse_args():
 
 def main(args) -> None:
     from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.evaluation import evaluate_policy as sb3_evaluate
     from stable_baselines3.common.callbacks import BaseCallback
 
     from maple_async.env import make_sb3_vec_env
@@ -91,25 +102,30 @@ def main(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     budget = args.minutes * 60.0
-    start = time.time()
+    trained = [0.0]  # learn() seconds so far (evaluation between chunks is not training time)
 
     def lr_schedule(progress_remaining: float) -> float:
         """Linear decay to 5% over the time budget or --total-steps, whichever ends first."""
-        frac = 1.0 - (time.time() - start) / budget
+        frac = 1.0 - trained[0] / budget
         if args.total_steps:
             frac = min(frac, progress_remaining)
         return args.lr * max(0.05, frac)
 
     class Progress(BaseCallback):
-        """Stops at the time limit; one line per rollout (decisions, battles, win rates)."""
+        """Stops at the chunk's time limit; one line per rollout (decisions, battles, win rates)."""
 
-        def __init__(self):
+        def __init__(self, until: float):
             super().__init__()
+            self.until = until
             self.decisions = 0
             self.sides = 0
             self.outcomes: dict[str, deque] = {}
 
+        def _on_training_start(self) -> None:
+            self.t0, self.base = time.time(), trained[0]
+
         def _on_step(self) -> bool:
+            trained[0] = self.base + time.time() - self.t0
             self.decisions += sum(i["is_active"] and "outcome" not in i for i in self.locals["infos"])
             for info in self.locals["infos"]:
                 outcome = info.get("outcome")
@@ -117,17 +133,18 @@ def main(args) -> None:
                     self.sides += 1
                     self.outcomes.setdefault(venv.pool.opponent_name, deque(maxlen=200)).append(
                         {"won": 1.0, "lost": 0.0}.get(outcome, 0.5))
-            return time.time() - start < budget
+            return trained[0] < self.until
 
         def _on_rollout_end(self) -> None:
-            elapsed = time.time() - start
             rates = " ".join(f"{o} {np.mean(v):.2f}" for o, v in self.outcomes.items())
             print(f"[sb3] env steps {self.num_timesteps} | decisions {self.decisions} | sides {self.sides} | "
-                  f"{self.decisions / elapsed:.0f} decisions/s | win rate (last 200) {rates} | "
-                  f"{elapsed:.0f}s", flush=True)
+                  f"{self.decisions / max(trained[0] - self.base, 1e-9):.0f} decisions/s | "
+                  f"win rate (last 200) {rates} | {trained[0]:.0f}s trained", flush=True)
 
     venv = make_sb3_vec_env(args.battle_format, num_battles=args.num_battles, opponent=args.opponent,
-                            seed=args.seed, **{"reward.hp": args.reward_hp, "reward.faint": args.reward_faint})
+                            clock=args.clock, seed=args.seed,
+                            **{"reward.hp": args.reward_hp, "reward.faint": args.reward_faint})
+    path = out / "model.zip"
     try:
         model = MaskablePPO("MlpPolicy", venv, learning_rate=lr_schedule, n_steps=args.n_steps,
                             batch_size=args.batch_size, n_epochs=args.n_epochs, gamma=args.gamma,
@@ -135,15 +152,26 @@ def main(args) -> None:
                             policy_kwargs=dict(net_arch=dict(pi=[256, 128], vf=[256, 128])),
                             seed=args.seed, device="cpu", verbose=0)
         total = args.total_steps or 10 ** 12
-        model.learn(total_timesteps=total, callback=Progress())
+        for chunk in range(args.chunks):
+            model.learn(total_timesteps=total, callback=Progress(budget * (chunk + 1) / args.chunks),
+                        reset_num_timesteps=chunk == 0)
+            if chunk + 1 < args.chunks and args.between_episodes:
+                t0 = time.time()
+                rewards, lengths = sb3_evaluate(model, venv, n_eval_episodes=args.between_episodes,
+                                                use_masking=True, return_episode_rewards=True, warn=False)
+                print(f"[sb3] chunk {chunk + 1}/{args.chunks}: evaluate_policy over {len(rewards)} battle sides: "
+                      f"mean reward {np.mean(rewards):+.3f}, mean length {np.mean(lengths):.1f} steps "
+                      f"({time.time() - t0:.0f}s)", flush=True)
+            if args.total_steps and model.num_timesteps >= args.total_steps:
+                break
+        model.save(path)
     finally:
         venv.close()
-    path = out / "model.zip"
-    model.save(path)
-    print(f"[sb3] {model.num_timesteps} env steps in {time.time() - start:.0f}s; saved {path}", flush=True)
+    print(f"[sb3] {model.num_timesteps} env steps in {trained[0]:.0f}s of learn(); saved {path}", flush=True)
 
     if args.eval_battles:
-        table = evaluate_policy(MaskablePolicy(model), opponents="random,max_power", battles=args.eval_battles,
+        loaded = MaskablePolicy(path=str(path))  # what a user evaluates later: the saved file
+        table = evaluate_policy(loaded, opponents="random,max_power", battles=args.eval_battles,
                                 seed=args.seed)
         for _, res, _ in table.results:
             lo, hi = res.ci95
