@@ -71,7 +71,9 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
         sys.exit(1)
     # One pool.recv or reset at a time, so a batch's epoch is the one it was gathered in.
     pool_lock = threading.Lock()
-    state = {"epoch": 0, "failed": False}  # epoch 0: not started; failed: a callback raised
+    # epoch 0: not started; failed: a callback raised; resetting: the main loop lets the reader
+    # take the lock (a Lock is not fair: a loop re-taking it can starve the reset)
+    state = {"epoch": 0, "failed": False, "resetting": False}
 
     def read() -> None:
         try:
@@ -84,9 +86,13 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
                 if op == "send":  # checked by the parent, which only answers what it received
                     pool.answer(msg[1], msg[2])
                 elif op == "reset":
-                    with pool_lock:
-                        pool.async_reset(msg[1])
-                        state.update(epoch=msg[2], failed=False)
+                    state["resetting"] = True
+                    try:
+                        with pool_lock:
+                            pool.async_reset(msg[1])
+                            state.update(epoch=msg[2], failed=False)
+                    finally:
+                        state["resetting"] = False
                     reply(("reset", msg[2]))
                 elif op == "opponent":
                     try:
@@ -109,6 +115,9 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
     try:
         while not stop.is_set():
             out = None
+            if state["resetting"]:
+                stop.wait(0.001)
+                continue
             with pool_lock:
                 epoch = state["epoch"]
                 if epoch and not state["failed"]:
