@@ -172,6 +172,7 @@ def main(args) -> None:
     if args.eval_battles:
         loaded = MaskablePolicy(path=str(path))  # what a user evaluates later: the saved file
         table = evaluate_policy(loaded, opponents="random,max_power", battles=args.eval_battles,
+                                battle_format=args.battle_format,
                                 seed=args.seed)
         for _, res, _ in table.results:
             lo, hi = res.ci95

@@ -36,8 +36,8 @@ def test_bench_env_reports_every_phase_with_ratios(showdown_url, capsys, restore
                  "--env-concurrency", "2", "--env-setups", "single", "--json", "-"]) == 0
     result = json.loads(capsys.readouterr().out)
     phases = result["phases"]
-    assert set(phases) == {"ceiling@2", "async@2", "sync@2", "poke-env single"}
+    assert set(phases) == {"ceiling@2", "async@2", "sync@2", "sync-flush@2", "poke-env single"}
     assert all("error" not in w and w["decisions"] > 0 for w in phases.values())
     assert phases["async@2"]["ratio_to_ceiling"] > 0 and phases["async@2"]["x_best_pokeenv"] > 0
-    assert phases["sync@2"]["ratio_to_async"] > 0
+    assert phases["sync@2"]["ratio_to_async"] > 0 and phases["sync-flush@2"]["ratio_to_async"] > 0
     assert result["best_pokeenv"] == "single"

@@ -510,7 +510,7 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
     """maple-async's :class:`~maple_async.env.BattlePool` in self-play, stepped by a
     random-legal consumer in this thread through the async API (``face="async"``: ``recv``
     what is pending, ``send`` it back) or the synchronous Gymnasium face (``"sync"``: every
-    slot, every step). Decisions are Showdown requests answered (both sides); the window
+    slot, every step, on the decision clock; ``"sync-flush"``: on the flush clock). Decisions are Showdown requests answered (both sides); the window
     starts after ``warmup_s`` and once as many battle sides as there are slots have ended.
     ``shards`` > 1: the pool's shards (worker processes), all on the server at ``url``.
     ``opponent``: a baseline instead of self-play, whose decisions are not counted (as
@@ -521,7 +521,7 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
     rng = np.random.default_rng(0)
     kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, config=cfg,
                   server=url, shards=shards, opponent=opponent)
-    env = BattleVectorEnv(**kwargs) if face == "sync" else None
+    env = BattleVectorEnv(clock="flush" if face == "sync-flush" else None, **kwargs) if face != "async" else None
     pool = env.pool if env is not None else BattlePool(**kwargs)
     try:
         if env is not None:
@@ -613,8 +613,9 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
         phases.append((f"ceiling@{c}", ceiling))
         phases.append((f"async@{c}", functools.partial(asyncio.to_thread, measure_pool, url, cfg, c, seconds,
                                                        warmup_s, "async", server_pgid)))
-    phases.append((f"sync@{sync_c}", functools.partial(asyncio.to_thread, measure_pool, url, cfg, sync_c, seconds,
-                                                       warmup_s, "sync", server_pgid)))
+    for face in ("sync", "sync-flush"):
+        phases.append((f"{face}@{sync_c}", functools.partial(asyncio.to_thread, measure_pool, url, cfg, sync_c,
+                                                             seconds, warmup_s, face, server_pgid)))
     if shards > 1:
         c = concurrencies[0]
         phases.append((f"async@{c} shards={shards}", functools.partial(
@@ -651,7 +652,7 @@ async def run_env_bench(cfg, url: str, seconds: float, warmup_s: float, repeats:
         a["ratio_mean"], a["ratio_ci95"] = bench.mean_ci95(rounds)
         if best:
             a["x_best_pokeenv"] = a["decisions_per_s"] / best["decisions_per_s"]
-    for name in (f"sync@{sync_c}", f"async@{concurrencies[0]} shards={shards}"):
+    for name in (f"sync@{sync_c}", f"sync-flush@{sync_c}", f"async@{concurrencies[0]} shards={shards}"):
         s, a = ph.get(name), ph.get(f"async@{name.split('@')[1].split()[0]}")
         if s and a and "error" not in s and "error" not in a:
             s["ratio_to_async"] = s["decisions_per_s"] / a["decisions_per_s"]
