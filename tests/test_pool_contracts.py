@@ -5,6 +5,7 @@ the synchronous faces' decision clock. On a real local Showdown."""
 
 import asyncio
 import gc
+import os
 import threading
 import time
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from maple_async.env import BattlePool, make_sb3_vec_env, make_vector_env
+from proc_tree import descendants
 
 pytestmark = pytest.mark.integration
 
@@ -33,29 +35,8 @@ def pool_threads() -> int:
 
 
 def node_children() -> set:
-    """Node processes started under this one (servers, simulators), from /proc."""
-    import os
-    parent, names = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                head, rest = f.read().rsplit(")", 1)
-            fields = rest.split()
-            if fields[0] != "Z":
-                parent[int(pid)], names[int(pid)] = int(fields[1]), head.split("(", 1)[1]
-        except OSError:
-            continue
-    mine, found = {os.getpid()}, set()
-    grew = True
-    while grew:
-        grew = False
-        for pid, ppid in parent.items():
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
-                grew = True
-                if "node" in names[pid]:
-                    found.add(pid)
-    return found
+    """Node processes started under this one (servers, simulators)."""
+    return {pid for pid, name in descendants([os.getpid()]).items() if "node" in name}
 
 
 def rss_bytes() -> int:
@@ -351,3 +332,39 @@ def test_decision_clock_hands_both_sides_of_a_turn_in_one_step(showdown_url, clo
         assert split == 0, f"{split} turns split over two steps"
     else:
         assert steps == 150
+
+
+def test_a_reset_that_times_out_leaves_a_working_pool(showdown_url):
+    rng = np.random.default_rng(9)
+    with BattlePool(num_battles=2, server=showdown_url) as pool:
+        obs, rew, term, trunc, info = pool.recv(timeout=60)
+        with pytest.raises(TimeoutError, match="goes on"):
+            pool.async_reset(timeout=1e-4)
+        assert not pool._outstanding
+        for _ in range(20):  # the reset finished on the loop: new battles come
+            obs, rew, term, trunc, info = pool.recv(timeout=60)
+            pool.send(random_legal(obs["action_mask"], rng), info["env_id"])
+        pool.async_reset()
+        obs, rew, term, trunc, info = pool.recv(timeout=60)
+        assert (info["elapsed_step"] == 0).all()
+
+
+@pytest.mark.parametrize("transport", ["websocket", "simulator"])
+def test_decision_clock_is_whole_at_every_step_between_battles_too(showdown_url, transport):
+    """One battle in flight, so steps cross a battle's end and the next one's start: no
+    step may come back before it is whole (info settled), and a turn is never split."""
+    rng = np.random.default_rng(10)
+    where = {"server": showdown_url} if transport == "websocket" else \
+        {"server.transport": "simulator", "server.simulators": 1}
+    env = make_vector_env(num_battles=1, **where)
+    ends = 0
+    try:
+        obs, info = env.reset(seed=4)
+        while ends < 6:
+            obs, reward, term, trunc, info = env.step(random_legal(obs["action_mask"], rng))
+            assert info["settled"].all(), "a step came back before it was whole"
+            moves = [info["kind"][p] == "move" and info["is_active"][p] for p in (0, 1)]
+            assert moves[0] == moves[1] or info["retry"].any(), f"a turn split: {info['kind']}"
+            ends += int(term.sum())
+    finally:
+        env.close()

@@ -23,6 +23,7 @@ import pytest
 from maple_async.env import shards
 from maple_async.env.shards import ShardedPool
 from maple_async.run.process import shard_seed
+from proc_tree import descendants
 
 N_ACTIONS = 32  # gen9randombattle
 
@@ -335,24 +336,6 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _descendants(pids: set) -> set:
-    parent = {}
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-    found, grew = set(pids), True
-    while grew:
-        grew = False
-        for pid, ppid in parent.items():
-            if ppid in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return found
-
-
 @pytest.mark.integration
 def test_training_shards_die_with_a_sigkilled_learner(tmp_path):
     import select
@@ -365,7 +348,7 @@ def test_training_shards_die_with_a_sigkilled_learner(tmp_path):
         line = learner.stdout.readline() if ready else ""
         assert line.strip(), f"the learner's shards did not come up (exit {learner.poll()})"
         workers = {int(p) for p in line.split()}
-        family = _descendants(workers)  # the workers and their Node servers
+        family = set(descendants(workers))  # the workers and their Node servers
         assert len(family) > len(workers)
         learner.send_signal(signal.SIGKILL)
         learner.wait(30)

@@ -180,6 +180,8 @@ class Agent:
         live = self.live.get(self.key(battle))
         if live is not None:
             live.answered = request_round(battle)
+            if self.listener is not None:  # it may have answered without the listener's caller
+                self.listener.side_waits()
 
     async def _choose_singles(self, battle, opponent: str):
         # Wall clock for latency and inactivity; this thread's CPU time for the cost split
@@ -475,9 +477,3 @@ class Agent:
         now = time.perf_counter()
         for live in self.live.values():
             live.last_active = now
-
-    def stale_keys(self, older_than_s: float) -> list:
-        """Battle sides with no decision pending here and no request or answer for
-        ``older_than_s``."""
-        now = time.perf_counter()
-        return [k for k, v in self.live.items() if not v.pending and now - v.last_active > older_than_s]

@@ -77,6 +77,7 @@ class Collector:
         self._retired: list[Lane] = []  # lanes replaced by set_mix, playing out their battles
         self._switch = False
         self._restart: Optional[tuple] = None  # (between, done) of a pending restart()
+        self._running = False  # run() is playing (a restart() needs it)
         self._wake = asyncio.Event()  # a stop request, a fault, or a lane that ended
         self._stop = asyncio.Event()
         self._fault = asyncio.Event()
@@ -168,10 +169,12 @@ class Collector:
         """End every battle in flight (abandoned, never trained on, and forfeited) and
         start new lanes; ``between`` runs once the old battles are gone and before any new
         one starts. Returns once the old battles are gone; the new lanes start right after."""
+        if not self._running:
+            raise RuntimeError(f"the collector is not running ({self.stop_reason or 'not started'})")
         done = asyncio.get_running_loop().create_future()
         self._restart = (between, done)
         self._wake.set()
-        await done
+        await asyncio.shield(done)  # a caller that gives up leaves the restart to finish
 
     def _retired_agents(self) -> list[Agent]:
         """Opponent agents that no lane, current or retiring, plays any more."""
@@ -244,6 +247,7 @@ class Collector:
             a.batcher.start()
         lanes: list[Lane] = []
         tasks: list = []
+        self._running = True
         try:
             while not self._stop.is_set():
                 self._fault.clear()
@@ -284,6 +288,7 @@ class Collector:
                 await server.recover()
                 self._print(f"[train] server back at {server.url}; resuming")
         finally:
+            self._running = False
             await self._stop_lanes(lanes, tasks, forfeit=True)
             for a in self.agents:
                 await a.batcher.close()

@@ -83,7 +83,8 @@ class SyncSlots:
         """The next step from the pool, spread over every slot: ``(obs, masks, reward,
         terminated, truncated, info)``, ``info`` with arrays of all slots and ``_key``
         masks (True where the slot is active); ``info["timed_out"]``: the pool's
-        ``recv_timeout_s`` passed with nothing (every slot inactive)."""
+        ``recv_timeout_s`` passed with nothing (every slot inactive); ``info["settled"]``:
+        the step is whole (nothing more could come before it is answered)."""
         obs, reward, terminated, truncated, info = self.pool.recv(settled=self.clock == "decision")
         n = self.pool.num_envs
         ids = info["env_id"]
@@ -100,8 +101,9 @@ class SyncSlots:
         full_term[ids] = terminated
         full_trunc = np.zeros(n, dtype=bool)
         full_trunc[ids] = truncated
-        out_info = {"is_active": active, "_is_active": np.ones(n, dtype=bool),
-                    "timed_out": np.full(n, bool(info["timed_out"])), "_timed_out": np.ones(n, dtype=bool)}
+        every = np.ones(n, dtype=bool)
+        out_info = {"is_active": active, "_is_active": every, "timed_out": np.full(n, bool(info["timed_out"])),
+                    "_timed_out": every, "settled": np.full(n, bool(info["settled"])), "_settled": every}
         for key, values in info.items():
             if key in ("env_id", "action_mask") or not isinstance(values, np.ndarray):
                 continue

@@ -19,6 +19,7 @@ caller's thread, inside ``recv``, so what they raise reaches the caller.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import threading
 import time
@@ -106,6 +107,10 @@ def _flat(values) -> np.ndarray:
     return np.asarray(values).reshape(-1)
 
 
+def _other_side(key: tuple) -> tuple:
+    return (key[0], "p2" if key[1] == "p1" else "p1")
+
+
 def _side_index(key: tuple) -> int:
     return 1 if key[1] == "p2" else 0
 
@@ -162,7 +167,7 @@ class _Slots:
         self.check_settled()
 
     def side_waits(self) -> None:
-        """A battle side got a request that asks nothing (it waits on the other side)."""
+        """A battle side waits on Showdown: its request asked nothing, or it answered."""
         self.check_settled()
 
     def check_settled(self) -> None:
@@ -188,7 +193,7 @@ class _Slots:
             done = request_round(battle)  # the round it answered, or waits in
             if not battle._wait and side.answered != done:
                 return  # a decision of this side is on its way
-            other_key = (key[0], "p2" if key[1] == "p1" else "p1")
+            other_key = _other_side(key)
             other = live.get(other_key)
             if other is None or not held(other_key) or request_round(other.battle) > done:
                 return  # Showdown goes on without us, or has begun a new round
@@ -204,7 +209,7 @@ class _Slots:
         if len(known) == 2:  # self-play: a side that has not seen its battle begin yet
             for key in live:
                 tag = key[0]
-                if (tag, "p2" if key[1] == "p1" else "p1") not in live and not (tag in known[0] and tag in known[1]):
+                if _other_side(key) not in live and not (tag in known[0] and tag in known[1]):
                     return
         self.settle(self.answered)
 
@@ -429,6 +434,8 @@ class _Engine:
     def deliver(self, record: Record) -> None:
         with self.cv:
             self.out.append(record)
+            # a mark stands for what was delivered when it was set: check_settled sets it again
+            self.settled = min(self.settled, self.slots.answered - 1)
             self.cv.notify()
 
     def settle(self, seq: int) -> None:
@@ -596,15 +603,20 @@ class BattlePool:
                 eng.call(eng.reseed, seed)
             eng.call(eng.started.set)
             return
+        limit = self.recv_timeout_s if timeout is None else timeout
         future = asyncio.run_coroutine_threadsafe(eng.reset(seed), eng.loop)
         try:
-            future.result(self.recv_timeout_s if timeout is None else timeout)
-        except TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"the pool's reset did not finish in {timeout or self.recv_timeout_s:.0f}s") from None
-        self._outstanding.clear()
-        self._carry = []
-        self._last_obs.clear()
+            future.result(limit)
+        except TimeoutError:  # the reset goes on on the loop; what the caller held is gone
+            raise TimeoutError(f"the pool's reset did not finish in {limit:.3g}s (it goes on: recv returns "
+                               f"the new battles)") from None
+        except concurrent.futures.CancelledError:  # the loop stopped under it
+            self._check()
+            raise RuntimeError("the battle pool stopped during a reset") from None
+        finally:
+            self._outstanding.clear()
+            self._carry = []
+            self._last_obs.clear()
         self._check()
 
     def send(self, actions, env_ids) -> None:
