@@ -293,9 +293,11 @@ class Agent:
         mark, busy = c1, 0.0  # this decision's own CPU, without what other battles did meanwhile
         for s in (0, 1):
             mask = turn.mask(s, first)
-            if s == 0:
-                for a in live.tried:  # slot 1's actions of orders Showdown refused
-                    mask[a] = False
+            if s == 0 and live.tried:  # slot 1's actions of orders Showdown refused
+                untried = mask.copy()
+                untried[list(live.tried)] = False
+                if untried.any():  # (else slot 2 was the refused part: slot 1 may choose again)
+                    mask = untried
             legal = np.flatnonzero(mask)
             if len(legal) == 0:
                 stats.fallbacks += 1
