@@ -283,3 +283,19 @@ def test_own_observation_and_reward_against_a_checkpoint(showdown_url, tmp_path)
     assert seen["shapes"] == {(2,)} and seen["opponents"] == {"opp.pt"}
     assert all(r == 0.0 for e, r, _ in seen["rewards"] if e == 0)  # a battle's first step
     assert all(r in (0.5, 1.0) for e, r, t in seen["rewards"] if e > 0)
+
+
+def test_the_gymnasium_face_over_shards_steps_on_the_flush_clock():
+    rng = np.random.default_rng(8)
+    env = make_vector_env(num_battles=2, shards=2)
+    try:
+        assert env._slots.clock == "flush"
+        obs, info = env.reset()
+        for _ in range(30):
+            obs, reward, term, trunc, info = env.step(random_legal(obs["action_mask"], rng))
+            assert not info["settled"].any()
+        assert env.pool.stats["invalid_choices"] == 0
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="clock='decision' needs one pool"):
+        make_vector_env(num_battles=2, shards=2, clock="decision")

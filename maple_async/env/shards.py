@@ -331,6 +331,7 @@ class ShardedPool(BattlePool):
             self._carry = [_take(obs, rew, term, trunc, info, slice(want, None))]
             obs, rew, term, trunc, info = _take(obs, rew, term, trunc, info, slice(0, want))
         info["timed_out"] = timed_out
+        info["settled"] = False  # the shards settle each on their own: no whole step is known here
         for e, m, t, u in zip(info["env_id"].tolist(), obs["action_mask"], term, trunc):
             self._outstanding[e] = None if (t or u) else m
         return obs, rew, term, trunc, info
