@@ -242,26 +242,26 @@ def test_a_send_to_a_worker_that_closed_its_pipe_is_named_with_its_exit_code(fak
 
 # -- on Showdown ---------------------------------------------------------------------------
 
-_embedded = []  # per worker process
-
-
-def _embed_fails_first(battle):
-    if not _embedded:
-        _embedded.append(1)
+def _embed_fails_until_healed(battle):
+    # the workers inherit the variable; a file, not a count, so no shard's first embed can fall after the reset
+    if not os.path.exists(os.environ["MAPLE_TEST_HEALED"]):
         raise ValueError("embed failed once")
     return np.array([battle.turn, len(battle.team)], dtype=np.float32)
 
 
 @pytest.mark.integration
-def test_a_running_sharded_pool_resets_after_a_callback_error(showdown_url):
-    """A caller's embed_battle raises in both shards: recv raises it (again and again) until
+def test_a_running_sharded_pool_resets_after_a_callback_error(showdown_url, tmp_path, monkeypatch):
+    """A caller's embed_battle raises in the shards: recv raises it (again and again) until
     async_reset; a reset of the running pool then returns only the new battles' steps."""
     rng = np.random.default_rng(3)
+    healed = tmp_path / "healed"
+    monkeypatch.setenv("MAPLE_TEST_HEALED", str(healed))
     with ShardedPool(num_battles=2, shards=2, opponent="random", server=showdown_url,
-                     embed_battle=_embed_fails_first, recv_timeout_s=60) as pool:
+                     embed_battle=_embed_fails_until_healed, recv_timeout_s=60) as pool:
         for _ in range(2):
             with pytest.raises(RuntimeError, match=r"(?s)shard \d: .*Traceback.*ValueError: embed failed once"):
                 pool.recv(timeout=60)
+        healed.touch()
         pool.async_reset()
         old = set()
         for _ in range(3):
