@@ -55,8 +55,9 @@ import torch.nn as nn
 from torch.distributions.categorical import Categorical
 
 from maple_async.obs import encoding as enc  # the observation's layout (offsets of its blocks)
+from maple_async.obs import actions as act  # the action numbering
 
-OBS_DIM, N_ACTIONS = enc.OBS_DIM, enc.N_ACTIONS
+OBS_DIM, N_ACTIONS = enc.OBS_DIM, act.N_ACTIONS
 
 
 @dataclass

@@ -171,7 +171,9 @@ async def _play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = 
           f"opponent={cfg.runner.opponent}")
     print(f"[play] hidden states left: {len(agent.hidden)}, fallbacks: {agent.stats.fallbacks}, "
           f"[Invalid choice] errors: {agent.stats.invalid_choices}, [Unavailable choice] "
-          f"(hidden trapping): {agent.stats.unavailable_choices}, re-decisions: {agent.stats.retries}")
+          f"(hidden trapping): {agent.stats.unavailable_choices}, re-decisions: {agent.stats.retries}"
+          + (f", {cfg.runner.opponent}'s [Invalid choice] errors: {res.opponent_invalid_choices}"
+             if res.opponent_invalid_choices is not None else ""))
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -315,13 +316,24 @@ def validate(cfg: Config) -> Config:
 _NEITHER = ("triples", "multi", "freeforall")
 
 
+def format_gen(fmt: str) -> Optional[int]:
+    """The generation a format's name starts with (``gen4randombattle``: 4), None without one."""
+    m = re.match(r"gen([1-9])", fmt)
+    return int(m.group(1)) if m else None
+
+
 def check_battle_format(fmt: str) -> None:
     """What can be told from the name: the encoder and action spaces are gen9 singles and
     doubles (type chart, tera). Showdown's own rules are read before the run starts
     (:func:`maple_async.teams.prepare`)."""
-    if not fmt.startswith("gen9"):
-        raise ConfigError(f"config key 'runner.battle_format' must be a gen9 singles or doubles format "
-                          f"(the encoder is gen9: type chart, tera), got {fmt!r}")
+    from .obs.games import is_doubles_format
+    gen = format_gen(fmt)
+    if gen is None:
+        raise ConfigError(f"config key 'runner.battle_format' must name its generation "
+                          f"(gen1randombattle ... gen9randombattle, gen1ou, gen9bssregi, ...), got {fmt!r}")
+    if gen < 9 and is_doubles_format(fmt):
+        raise ConfigError(f"config key 'runner.battle_format': {fmt!r} is a generation {gen} doubles "
+                          f"format; doubles are played in generation 9 only")
     if any(s in fmt for s in _NEITHER):
         raise ConfigError(f"config key 'runner.battle_format': {fmt!r} is neither singles nor doubles; "
                           f"the encoder plays those two (triples, multi and free-for-all battles are not)")

@@ -195,7 +195,7 @@ def _node_check(battle_format: str, texts: list[str], home: Optional[Path] = Non
 
 
 def format_info(battle_format: str, home: Optional[Path] = None) -> FormatInfo:
-    """The format's rules; unknown, non-gen9 and non-singles formats are refused."""
+    """The format's rules; unknown formats, and those neither singles nor gen9 doubles, are refused."""
     return _checked_format(battle_format, _node_check(battle_format, [], home))
 
 
@@ -205,12 +205,12 @@ def _checked_format(battle_format: str, out: dict) -> FormatInfo:
         raise TeamError(f"runner.battle_format '{battle_format}' is not a format of the pinned "
                         f"Showdown (e.g. gen9randombattle, gen9bssregi, gen9ou)")
     info = FormatInfo(**f)
-    if not info.id.startswith("gen9"):
-        raise TeamError(f"runner.battle_format '{battle_format}': the encoder is gen9; "
-                        f"use a gen9 singles format")
     if info.game_type not in ("singles", "doubles"):
         raise TeamError(f"runner.battle_format '{battle_format}' is a {info.game_type} format; "
                         f"the encoder plays singles and doubles")
+    if info.game_type == "doubles" and not info.id.startswith("gen9"):
+        raise TeamError(f"runner.battle_format '{battle_format}' is an older generation's doubles "
+                        f"format; doubles are played in generation 9 only")
     if (info.game_type == "doubles") != is_doubles_format(battle_format):
         raise TeamError(f"runner.battle_format '{battle_format}' is a {info.game_type} format that "
                         f"poke-env would not play as {info.game_type} (its name decides)")
@@ -265,7 +265,7 @@ _CACHE: dict = {}
 def prepare(runner_cfg, opponent_teams: Optional[str] = None,
             home: Optional[Path] = None) -> Teams:
     """Validate ``runner.battle_format`` and the teams before any battle: raises
-    :class:`TeamError` (one line) on an unknown, non-gen9 or non-singles format, teams
+    :class:`TeamError` (one line) on an unknown format, one neither singles nor gen9 doubles, teams
     given to a random format, a team format without teams, a missing or empty path, or a
     team Showdown refuses. ``opponent_teams``: the opponents' pool (default: the same)."""
     fmt, path = runner_cfg.battle_format, runner_cfg.teams

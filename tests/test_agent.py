@@ -33,7 +33,7 @@ def _agent(monkeypatch, actions):
         return np.zeros(4, np.float32)
 
     monkeypatch.setattr(agent_mod.enc, "encode", encode)
-    monkeypatch.setattr(agent_mod.enc, "action_to_order", lambda battle, action, moves: f"/choose {action}")
+    monkeypatch.setattr(agent_mod.act, "action_to_order", lambda battle, action, moves: f"/choose {action}")
     policy = SimpleNamespace(hidden_dim=0, version=0)
     a = Agent(policy, BatcherConfig(), record=True)
     a.batcher = ScriptedBatcher(actions)

@@ -7,6 +7,8 @@ import pytest
 
 from maple_async.obs import encoding as enc
 
+from maple_async.obs import actions as act
+
 
 def move(move_id):
     return NS(id=move_id, _id=move_id)  # the property and the slot it returns
@@ -18,13 +20,18 @@ def mon(species, moves=(), active=False, fainted=False):
 
 
 def battle(team, active_moves=None, switches=(), trapped=False, can_tera=False, wait=False,
-           available=None):
+           available=None, can_mega=False, can_dynamax=False, z_moves=()):
     team_d = {f"p1: {m.species}": m for m in team}
     active = next((m for m in team if m.active), None)
     avail = [move(m) for m in (available if available is not None else (active_moves or []))]
+    request = None
+    if z_moves:  # Showdown's canZMove: one entry per move of the request, null where none
+        request = {"active": [{"moves": [{"id": m.id} for m in avail],
+                               "canZMove": [{"move": "Z"} if m.id in z_moves else None for m in avail]}]}
     return NS(team=team_d, active_pokemon=active, available_moves=avail,
               available_switches=[m for m in team if m.species in switches],
-              trapped=trapped, can_tera=can_tera, _wait=wait, last_request=None)
+              trapped=trapped, can_tera=can_tera, can_mega_evolve=can_mega, can_dynamax=can_dynamax,
+              can_z_move=bool(z_moves), _wait=wait, last_request=request)
 
 
 TEAM = [mon("a", ["tackle", "ember", "growl", "surf"], active=True), mon("b"), mon("c"),
@@ -34,10 +41,14 @@ TEAM = [mon("a", ["tackle", "ember", "growl", "surf"], active=True), mon("b"), m
 def legal_orders(b):
     """Ground truth: what a correct client may send for this state."""
     out = {("switch", m.species) for m in b.available_switches if not b.trapped}
+    z = {e["id"] for e, c in zip(*(((b.last_request or {}).get("active") or [{}])[0].get(k) or ()
+                                   for k in ("moves", "canZMove"))) if c}
     for mv in b.available_moves:
-        out.add(("move", mv.id, False))
-        if b.can_tera:
-            out.add(("move", mv.id, True))
+        out.add(("move", mv.id, None))
+        for kind, allowed in (("terastallize", b.can_tera), ("mega", b.can_mega_evolve),
+                              ("dynamax", b.can_dynamax), ("z_move", mv.id in z)):
+            if allowed:
+                out.add(("move", mv.id, kind))
     return out
 
 
@@ -45,7 +56,9 @@ def as_tuple(order):
     o = order.order
     if hasattr(o, "base_species"):
         return ("switch", o.species)
-    return ("move", o.id, order.terastallize)
+    kinds = [k for k in ("terastallize", "mega", "dynamax", "z_move") if getattr(order, k)]
+    assert len(kinds) <= 1
+    return ("move", o.id, kinds[0] if kinds else None)
 
 
 CASES = {
@@ -55,30 +68,38 @@ CASES = {
     "forced switch": battle([mon(m.species, m.moves) for m in TEAM], None, switches="bcd"),
     "struggle": battle(TEAM, None, switches="", available=["struggle"]),
     "recharge + tera flag": battle(TEAM, None, switches="", available=["recharge"], can_tera=True),
+    "mega (gens 6-7)": battle(TEAM, ["tackle", "ember", "surf"], switches="bc", can_mega=True),
+    "z-move for two moves (gen 7)": battle(TEAM, ["tackle", "ember", "growl", "surf"], switches="b",
+                                           z_moves=("ember", "growl")),
+    "dynamax, one move disabled (gen 8)": battle(TEAM, ["tackle", "growl", "surf"], switches="bcdf",
+                                                 can_dynamax=True),
 }
+GIMMICKS = {"disabled move + tera": 22, "recharge + tera flag": 22, "mega (gens 6-7)": 10,
+            "z-move for two moves (gen 7)": 14, "dynamax, one move disabled (gen 8)": 18}
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_mask_allows_exactly_the_legal_choices(name):
     b = CASES[name]
-    mask = enc.action_mask(b)
-    assert mask.dtype == bool and mask.shape == (enc.N_ACTIONS,)
-    chosen = {as_tuple(enc.action_to_order(b, a)) for a in np.flatnonzero(mask)}
+    mask = act.action_mask(b)
+    assert mask.dtype == bool and mask.shape == (act.N_ACTIONS,)
+    chosen = {as_tuple(act.action_to_order(b, a)) for a in np.flatnonzero(mask)}
     legal = legal_orders(b)
     assert chosen <= legal, f"illegal choices allowed: {chosen - legal}"
     assert chosen == legal, f"legal choices missing: {legal - chosen}"
-    assert not mask[10:22].any()  # mega / z-move / dynamax never in gen9
+    first = GIMMICKS.get(name)  # the one move block besides 6-9 the state allows
+    assert not any(mask[k:k + 4].any() for k in (10, 14, 18, 22) if k != first)
 
 
 def test_switch_actions_follow_team_order():
     b = CASES["normal turn"]
-    mask = enc.action_mask(b)
+    mask = act.action_mask(b)
     assert mask[:6].tolist() == [False, True, True, True, False, True]
-    assert enc.action_to_order(b, 3).order.species == "d"
+    assert act.action_to_order(b, 3).order.species == "d"
 
 
 def test_waiting_battle_has_no_legal_action():
-    assert not enc.action_mask(battle(TEAM, ["tackle"], switches="b", wait=True)).any()
+    assert not act.action_mask(battle(TEAM, ["tackle"], switches="b", wait=True)).any()
 
 
 def test_layout_is_consistent():
@@ -130,12 +151,12 @@ def test_switch_is_sent_as_the_request_slot():
     Ditto transformed into the benched species would be picked. Switches go by slot."""
     b = battle(TEAM, ["tackle"], switches="bcdf")
     b.last_request = {"side": {"pokemon": [{"ident": f"p1: {s}"} for s in "dabcfe"]}}
-    assert enc.action_to_order(b, 3).message == "/choose switch 1"  # "d" is first in the request
-    assert enc.action_to_order(b, 1).message == "/choose switch 3"
-    assert enc.action_to_order(b, 5).order.species == "f"
+    assert act.action_to_order(b, 3).message == "/choose switch 1"  # "d" is first in the request
+    assert act.action_to_order(b, 1).message == "/choose switch 3"
+    assert act.action_to_order(b, 5).order.species == "f"
     b.last_request = None  # no request to read: poke-env's own form (by name)
-    order = enc.action_to_order(b, 1)
-    assert type(order) is enc.SingleBattleOrder and order.order.species == "b"
+    order = act.action_to_order(b, 1)
+    assert type(order) is act.SingleBattleOrder and order.order.species == "b"
 
 
 def test_encoder_side_state_is_the_reward_side_state():
@@ -194,14 +215,14 @@ async def test_slot_reads_are_poke_envs_properties_on_recorded_battles():
     for split_messages in data["records"]:
         await p._handle_battle_message([list(m) for m in split_messages])
         b = p.battles[split_messages[0][0][1:]]
-        assert enc._active_mon(b.team) is b.active_pokemon
-        assert enc._active_mon(b.opponent_team) is b.opponent_active_pokemon
+        assert act.active_mon(b.team) is b.active_pokemon
+        assert act.active_mon(b.opponent_team) is b.opponent_active_pokemon
         for mon in (*b.team.values(), *b.opponent_team.values()):
             assert _slot_view(mon) == _property_view(mon), mon
             checked += 1
             for move in mon.moves.values():
                 assert enc._MOVE_SLOTS(move) == (move.id, move.current_pp, move._from_transform)
-                assert enc._MOVE_ID(move) == move.id
+                assert act._MOVE_ID(move) == move.id
     assert checked > 10_000
 
 
@@ -238,13 +259,13 @@ async def test_encoder_mask_is_action_mask_on_recorded_battles():
         for split_messages in data["records"]:
             await p._handle_battle_message([list(m) for m in split_messages])
             b = p.battles[split_messages[0][0][1:]]
-            mask = np.ones(enc.N_ACTIONS, dtype=bool)  # stale content must be cleared
+            mask = np.ones(act.N_ACTIONS, dtype=bool)  # stale content must be cleared
             s1, s2, moves = [], [], [None]
             obs = enc.encode(b, side_state=s1, mask=mask, moves=moves)
-            assert mask.tolist() == enc.action_mask(b).tolist(), split_messages
-            choices = enc._move_choices(b)
+            assert mask.tolist() == act.action_mask(b).tolist(), split_messages
+            choices = act.move_choices(b)
             assert len(moves) == len(choices) and all(x is y for x, y in zip(moves, choices))
-            assert enc.any_legal(mask) == mask.any()
+            assert act.any_legal(mask) == mask.any()
             assert obs.tobytes() == enc.encode(b, side_state=s2).tobytes() and s1 == s2
             seen["switch"] += bool(mask[:6].any())
             seen["move"] += bool(mask[6:10].any())
@@ -269,9 +290,9 @@ def test_encoder_mask_on_special_requests(case):
     b._trapped = case == "trapped"
     b._wait = case == "wait"
     b._can_tera = case in ("tera", "recharge")
-    mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+    mask = np.zeros(act.N_ACTIONS, dtype=bool)
     enc.encode(b, mask=mask)
-    assert mask.tolist() == enc.action_mask(b).tolist()
+    assert mask.tolist() == act.action_mask(b).tolist()
     expected = {"recharge": [1, 6, 22], "struggle": [1, 6], "trapped": [6, 8], "wait": [],
                 "tera": [1, 6, 8, 22, 24]}[case]
     assert np.flatnonzero(mask).tolist() == expected
@@ -316,7 +337,7 @@ async def test_encoding_from_changes_equals_a_full_read_on_recorded_battles(name
         if when == "60% of requests" and rng.random() < 0.4:
             continue
         s1, s2 = [], []
-        m1, m2 = np.zeros(enc.N_ACTIONS, dtype=bool), np.zeros(enc.N_ACTIONS, dtype=bool)
+        m1, m2 = np.zeros(act.N_ACTIONS, dtype=bool), np.zeros(act.N_ACTIONS, dtype=bool)
         inc = enc.encode(b, side_state=s1, mask=m1)
         full = enc.encode(b, side_state=s2, mask=m2, incremental=False)
         assert inc.tobytes() == full.tobytes(), (np.flatnonzero(inc != full), split_messages)

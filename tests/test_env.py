@@ -12,6 +12,7 @@ import pytest
 
 from maple_async.env import BattlePool, make_sb3_vec_env, make_vector_env
 from maple_async.obs import encoding as enc
+from maple_async.obs import actions as act
 from maple_async.obs.features import derive
 
 pytestmark = pytest.mark.integration
@@ -190,7 +191,7 @@ def test_gymnasium_face_contract(showdown_url):
     env = make_vector_env(num_battles=4, server=showdown_url)
     try:
         assert env.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
-        assert env.num_envs == 8 and env.single_action_space.n == enc.N_ACTIONS
+        assert env.num_envs == 8 and env.single_action_space.n == act.N_ACTIONS
         assert env.single_observation_space["observation"].shape == (enc.OBS_DIM,)
         obs, info = env.reset()
         assert env.observation_space.contains(obs)

@@ -17,7 +17,7 @@ from poke_env.battle import Battle, Pokemon
 from poke_env.player import Player
 from poke_env.ps_client import AccountConfiguration
 
-from maple_async.obs.encoding import SlotSwitchOrder, action_to_order
+from maple_async.obs.actions import SlotSwitchOrder, action_to_order
 from maple_async.pokeenv.fastbattle import FastBattle, FastBattles, FastPokemon, speed_up
 
 DATA = Path(__file__).parent / "data" / "battles.json.gz"

@@ -12,6 +12,8 @@ import torch
 from poke_env.battle import Battle, Move, MoveCategory, Pokemon, Status
 
 from maple_async.obs import encoding as enc
+
+from maple_async.obs import actions as act
 from maple_async.obs.features import DERIVED_COLUMNS, derive
 
 
@@ -192,6 +194,6 @@ def test_inference_policy_derives_its_batch():
             return super().forward(x, hidden)
 
     raw = _charizard_vs_venusaur()[0]
-    pol = InferencePolicy(Spy(enc.OBS_DIM, enc.N_ACTIONS))
-    pol.act(raw[None].copy(), np.ones((1, enc.N_ACTIONS), bool), torch.zeros(1, 0))
+    pol = InferencePolicy(Spy(enc.OBS_DIM, act.N_ACTIONS))
+    pol.act(raw[None].copy(), np.ones((1, act.N_ACTIONS), bool), torch.zeros(1, 0))
     assert np.array_equal(seen[0][0].numpy(), derive(raw.copy()))

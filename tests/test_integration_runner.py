@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from maple_async.obs import encoding as enc
+
+from maple_async.obs import actions as act
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.config import BatcherConfig
@@ -26,17 +28,17 @@ class CheckingAgent(Agent):
 
     def _as_poke_env_order(self, battle, order) -> str:
         """Switches are sent by request slot; check the slot, then compare by name."""
-        if isinstance(order, enc.SlotSwitchOrder):
+        if isinstance(order, act.SlotSwitchOrder):
             entry = battle.last_request["side"]["pokemon"][order.slot - 1]
             if battle.team.get(entry["ident"]) is not order.order or entry.get("active"):
                 self.mask_errors.append((battle.battle_tag, {f"slot {order.slot} is {entry['ident']}"}))
-            return str(enc.SingleBattleOrder(order.order))
+            return str(act.SingleBattleOrder(order.order))
         return str(order)
 
     async def choose(self, battle, opponent):
-        mask = enc.action_mask(battle)
+        mask = act.action_mask(battle)
         valid = {str(o) for o in battle.valid_orders}
-        allowed = {self._as_poke_env_order(battle, enc.action_to_order(battle, a)) for a in np.flatnonzero(mask)}
+        allowed = {self._as_poke_env_order(battle, act.action_to_order(battle, a)) for a in np.flatnonzero(mask)}
         if not allowed <= valid:
             self.mask_errors.append((battle.battle_tag, allowed - valid))
         self.checked += 1

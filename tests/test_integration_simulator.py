@@ -18,6 +18,7 @@ from maple_async.config import BatcherConfig
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.obs import encoding as enc
+from maple_async.obs import actions as act
 from maple_async.simulator import Simulators, _Inbox
 
 pytestmark = pytest.mark.integration
@@ -46,7 +47,7 @@ def _recording_player(username: str):
 
     class Recording(FastBattles, Player):
         def choose_move(self, battle):
-            self.seen.append(enc.encode(battle).tobytes() + enc.action_mask(battle).tobytes())
+            self.seen.append(enc.encode(battle).tobytes() + act.action_mask(battle).tobytes())
             return self.choose_random_move(battle)
 
     p = Recording(**{**player_kwargs("http://127.0.0.1:1", username, 1, "gen9randombattle"),

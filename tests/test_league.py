@@ -15,6 +15,7 @@ from maple_async.inference.hidden import HiddenStates
 from maple_async.inference.league import LeaguePolicy, league_probs
 from maple_async.learn import networks as nets
 from maple_async.obs import encoding as enc
+from maple_async.obs import actions as act
 from maple_async.run.loop import LearningLoop
 from maple_async.run.transports import PackedTrajectory
 
@@ -48,7 +49,7 @@ def test_probabilities_uniform_recent_and_pfsp():
 def _obs(n, rng):
     obs = np.zeros((n, enc.OBS_DIM), np.float32)
     obs[:, : enc.OBS_DIM // 2] = rng.standard_normal((n, enc.OBS_DIM // 2))
-    return obs, np.ones((n, enc.N_ACTIONS), bool)
+    return obs, np.ones((n, act.N_ACTIONS), bool)
 
 
 def test_each_battle_keeps_its_snapshot_until_it_ends():

@@ -3,6 +3,8 @@ import pytest
 import torch
 
 from maple_async.obs import encoding as enc
+
+from maple_async.obs import actions as act
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.config import PPOConfig
@@ -40,8 +42,8 @@ def test_chunks_never_cross_battles():
 
 
 def fake_traj(rng, n, obs_dim=enc.OBS_DIM):
-    masks = rng.random((n, enc.N_ACTIONS)) < 0.4
-    masks[np.arange(n), rng.integers(0, enc.N_ACTIONS, n)] = True
+    masks = rng.random((n, act.N_ACTIONS)) < 0.4
+    masks[np.arange(n), rng.integers(0, act.N_ACTIONS, n)] = True
     actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
     return {"obs": rng.standard_normal((n, obs_dim)).astype(np.float32), "masks": masks,
             "actions": actions, "logps": np.full(n, -1.0, np.float32),
@@ -116,7 +118,7 @@ def test_update_logps_equal_collection_logps(kind):
     trajs = []
     for n in (6, 4):
         obs = rng.standard_normal((n, enc.OBS_DIM)).astype(np.float32)
-        masks = rng.random((n, enc.N_ACTIONS)) < 0.3
+        masks = rng.random((n, act.N_ACTIONS)) < 0.3
         masks[:, 6] = True
         h = torch.zeros(1, policy.hidden_dim)
         acts, lps, vals = [], [], []
@@ -237,7 +239,7 @@ def test_policy_gradient_sign(algo, sign):
     policy.network.load_state_dict(net.state_dict())
     rng = np.random.default_rng(0)
     obs = rng.standard_normal((1, enc.OBS_DIM)).astype(np.float32)
-    mask = np.zeros((1, enc.N_ACTIONS), bool)
+    mask = np.zeros((1, act.N_ACTIONS), bool)
     mask[0, 6:10] = True
     trajs = []
     for _ in range(8):  # one-step battles from the same state: action 7, reward +-1

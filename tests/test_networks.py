@@ -2,6 +2,8 @@ import pytest
 import torch
 
 from maple_async.obs import encoding as enc
+
+from maple_async.obs import actions as act
 from maple_async.inference.policy import InferencePolicy, resolve_device, sample_categorical
 from maple_async.learn import networks as nets
 
@@ -71,9 +73,9 @@ def test_inference_policy_respects_mask():
     torch.manual_seed(3)
     pol = InferencePolicy(nets.build("lstm", hidden_size=16))
     obs = torch.randn(64, enc.OBS_DIM).numpy()
-    mask = torch.zeros(64, enc.N_ACTIONS, dtype=torch.bool)
+    mask = torch.zeros(64, act.N_ACTIONS, dtype=torch.bool)
     for i in range(64):
-        mask[i, torch.randperm(enc.N_ACTIONS)[: 1 + i % 4]] = True
+        mask[i, torch.randperm(act.N_ACTIONS)[: 1 + i % 4]] = True
     for _ in range(20):
         actions, logps, values, h = pol.act(obs, mask.numpy(), torch.zeros(64, pol.hidden_dim))
         assert mask[torch.arange(64), torch.from_numpy(actions)].all()
@@ -97,7 +99,7 @@ def test_entity_head_scores_each_slot_with_one_shared_scorer():
         torch.nn.init.normal_(layer.weight)
     x, y = torch.randn(3, enc.OBS_DIM), torch.randn(3, 16)
     out = head(x, y)
-    assert out.shape == (3, enc.N_ACTIONS) and torch.equal(out[:, 6:10], out[:, 22:26])
+    assert out.shape == (3, act.N_ACTIONS) and torch.equal(out[:, 6:10], out[:, 22:26])
     assert torch.all(out[:, 10:22] == 0)
     xs = x.clone()
     m0, m2 = enc.MOVES, enc.MOVES + 2 * enc.MOVE_DIM

@@ -14,6 +14,7 @@ from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.learn.learner import Learner
 from maple_async.obs import encoding as enc
+from maple_async.obs import actions as act
 
 from test_learner import fake_traj
 
@@ -26,7 +27,7 @@ async def _recorded_decision_points():
         await p._handle_battle_message([list(m) for m in split_messages])
         if any(m[1:2] == ["request"] for m in split_messages):
             b = p.battles[split_messages[0][0][1:]]
-            mask = enc.action_mask(b)
+            mask = act.action_mask(b)
             if mask.any():
                 yield b, mask
 
@@ -37,14 +38,14 @@ async def test_order_to_action_inverts_action_to_order_and_takes_teachers_orders
     n = indexed = 0
     async for b, mask in _recorded_decision_points():
         for a in np.flatnonzero(mask):
-            assert enc.order_to_action(b, enc.action_to_order(b, int(a))) == a
+            assert act.order_to_action(b, act.action_to_order(b, int(a))) == a
         for t in teachers:
             try:
                 order = type(t).choose_move(t, b)
             except Exception:  # a baseline that needs its player's state: not this test's point
                 continue
             n += 1
-            a = enc.order_to_action(b, order)
+            a = act.order_to_action(b, order)
             indexed += a is not None and bool(mask[a])
     assert n > 100 and indexed / n > 0.98, (indexed, n)
 
@@ -69,7 +70,7 @@ def test_imitate_records_the_teachers_action_and_skips_orders_without_one(monkey
 
     monkeypatch.setattr(enc, "encode", fake_encode)
     actions = iter([7, None, 1])
-    monkeypatch.setattr(enc, "order_to_action", lambda b, o, m=None: next(actions))
+    monkeypatch.setattr(act, "order_to_action", lambda b, o, m=None: next(actions))
     for rqid in (1, 2, 3):
         assert agent.imitate(_Battle("battle-x", rqid), "heuristics", f"order{rqid}") == f"order{rqid}"
     t = agent.live[("battle-x", "p1")].traj

@@ -21,6 +21,7 @@ from maple_async.learn import checkpoint as ckpt
 from maple_async.learn import networks as nets
 from maple_async.learn.learner import Learner, Rollout, make_chunks
 from maple_async.obs import encoding as enc
+from maple_async.obs import actions as act
 from maple_async.obs import rewards
 
 DATA = Path(__file__).parent / "data" / "bss_requests.json"
@@ -100,10 +101,10 @@ def test_pool_sampling(sampling):
 
 def test_preview_mask_and_encoding():
     b, _ = _preview_battle()
-    assert b.teampreview and enc.preview_picks(b) == 3
-    mask = np.zeros(enc.N_ACTIONS, bool)
+    assert b.teampreview and act.preview_picks(b) == 3
+    mask = np.zeros(act.N_ACTIONS, bool)
     obs = enc.encode_preview(b, [4, 2], 3, mask)
-    assert list(np.flatnonzero(mask)) == [enc.PREVIEW + i for i in (0, 1, 3, 5)]  # no repeats
+    assert list(np.flatnonzero(mask)) == [act.PREVIEW + i for i in (0, 1, 3, 5)]  # no repeats
     own = [obs[enc.OWN_TEAM + i * enc.POKE_DIM + enc.P_IN_BATTLE] for i in range(6)]
     assert own == [0, 0, 1, 0, 1, 0]
     opp = obs[enc.OPP_TEAM:enc.MOVES].reshape(6, enc.POKE_DIM)
@@ -118,21 +119,21 @@ def test_preview_mask_and_encoding():
     move_types = {enc._TYPES[t].name for t in np.flatnonzero(kyogre[enc.P_MOVE_TYPES:enc.P_MOVE_TYPES + 18])}
     assert move_types == {"WATER", "ICE", "ELECTRIC"}
     # Numbered as the request lists the team; the picked Pokémon are marked for poke-env.
-    assert enc.preview_order(b, [4, 2, 0]) == "/team 531"
+    assert act.preview_order(b, [4, 2, 0]) == "/team 531"
     assert [m._selected_in_teampreview for m in b.team.values()] == [True, False, True, False, True, False]
 
 
 def test_a_switch_to_a_pokemon_left_home_is_never_legal():
     b = _after_preview(*_preview_battle())
     assert len(b.team) == 6  # poke-env keeps all six
-    mask = np.zeros(enc.N_ACTIONS, bool)
+    mask = np.zeros(act.N_ACTIONS, bool)
     state: list = []
     obs = enc.encode(b, mask=mask, side_state=state)
     species = [m.species for m in b.team.values()]
     legal_switches = {species[i] for i in np.flatnonzero(mask[:6])}
     assert legal_switches == {"ironbundle", "kyogre"}  # brought, not active
-    assert (enc.action_mask(b) == mask).all()
-    assert not mask[enc.PREVIEW:].any()
+    assert (act.action_mask(b) == mask).all()
+    assert not mask[act.PREVIEW:].any()
     in_battle = [obs[enc.OWN_TEAM + i * enc.POKE_DIM + enc.P_IN_BATTLE] for i in range(6)]
     assert [s for s, x in zip(species, in_battle) if x] == ["kyogre", "ironbundle", "gholdengo"]
     # Opponent: the one seen first, then the five previewed species not seen yet.
@@ -166,7 +167,7 @@ async def test_preview_picks_are_recorded_steps(monkeypatch):
     b, _ = _preview_battle()
     a = Agent(SimpleNamespace(hidden_dim=0, version=0), BatcherConfig(), record=True)
     # Slot 4, then slot 4 again (illegal: answered at random, not recorded), then slot 0.
-    a.batcher = ScriptedBatcher([enc.PREVIEW + 4, enc.PREVIEW + 4, enc.PREVIEW + 0])
+    a.batcher = ScriptedBatcher([act.PREVIEW + 4, act.PREVIEW + 4, act.PREVIEW + 0])
     order = await a.preview(b, "self")
     digits = order.split()[1]
     assert order.startswith("/team ") and len(digits) == 3 and len(set(digits)) == 3
@@ -174,8 +175,8 @@ async def test_preview_picks_are_recorded_steps(monkeypatch):
     assert [int(m.sum()) for m in a.batcher.masks] == [6, 5, 4]
     assert a.stats.fallbacks == 1 and a.stats.previews == 1
     tr = a.live[a.key(b)].traj
-    assert tr.actions == [enc.PREVIEW + 4, enc.PREVIEW + 0]
-    assert all(not m[:enc.PREVIEW].any() for m in tr.masks)
+    assert tr.actions == [act.PREVIEW + 4, act.PREVIEW + 0]
+    assert all(not m[:act.PREVIEW].any() for m in tr.masks)
     assert tr.rewards == [0.0, 0.0]
 
 
@@ -189,14 +190,14 @@ def test_preview_steps_train_like_the_others():
     policy.network.load_state_dict(net.state_dict())
     obs, masks, picks = [], [], []
     for _ in range(3):
-        m = np.zeros(enc.N_ACTIONS, bool)
+        m = np.zeros(act.N_ACTIONS, bool)
         obs.append(enc.encode_preview(b, picks, 3, m))
         masks.append(m)
         picks.append(len(picks))
     rng = np.random.default_rng(0)
     for _ in range(4):  # battle steps: moves legal
         obs.append(rng.standard_normal(enc.OBS_DIM).astype(np.float32))
-        m = np.zeros(enc.N_ACTIONS, bool)
+        m = np.zeros(act.N_ACTIONS, bool)
         m[6:10] = True
         masks.append(m)
     obs, masks = np.stack(obs), np.stack(masks)
@@ -205,7 +206,7 @@ def test_preview_steps_train_like_the_others():
     for t in range(len(obs)):
         a, lp, v, h = policy.act(obs[t:t + 1].copy(), masks[t:t + 1], h)
         acts.append(a[0]); lps.append(lp[0]); vals.append(v[0])
-    assert all(enc.PREVIEW <= x < enc.N_ACTIONS for x in acts[:3]) and all(6 <= x < 10 for x in acts[3:])
+    assert all(act.PREVIEW <= x < act.N_ACTIONS for x in acts[:3]) and all(6 <= x < 10 for x in acts[3:])
     traj = {"obs": obs, "masks": masks, "actions": np.array(acts), "logps": np.array(lps, np.float32),
             "values": np.array(vals, np.float32), "rewards": np.r_[np.zeros(6), 1.0].astype(np.float32),
             "versions": np.zeros(len(obs), np.int64)}

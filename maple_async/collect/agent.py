@@ -21,6 +21,7 @@ from ..inference.batcher import Decision, InferenceBatcher
 from ..inference.hidden import HiddenStates
 from ..obs import doubles as dbl
 from ..obs import encoding as enc
+from ..obs import actions as act
 from ..obs.rewards import RewardTracker
 from ..pokeenv.players import request_round
 
@@ -195,13 +196,13 @@ class Agent:
         # Observation, action mask and move choices first: they read only the battle.
         state: list = []
         moves: list = []
-        mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+        mask = np.zeros(act.N_ACTIONS, dtype=bool)
         obs = enc.encode(battle, side_state=state, mask=mask, moves=moves)
         c1 = time.thread_time() if timed else 0.0
         key, live, retry = self._arrive(battle, opponent, t_start)
         for a in live.tried:
             mask[a] = False
-        if not enc.any_legal(mask):
+        if not act.any_legal(mask):
             self.stats.fallbacks += 1
             return DefaultBattleOrder()
         if not retry:
@@ -222,10 +223,10 @@ class Agent:
         if decision.action < 0 or not mask[decision.action]:
             stats.fallbacks += 1
             legal = np.flatnonzero(mask)
-            order = enc.action_to_order(battle, int(random.choice(legal)), moves)
+            order = act.action_to_order(battle, int(random.choice(legal)), moves)
         else:
             live.tried.add(decision.action)
-            order = enc.action_to_order(battle, decision.action, moves)
+            order = act.action_to_order(battle, decision.action, moves)
             if live.traj is not None:
                 live.traj.append(obs, mask, decision.action, decision)
                 live.recorded = 1
@@ -347,7 +348,7 @@ class Agent:
         """Record another player's ``order`` (a teacher's) as this battle side's step, with
         the same observation, mask and reward as :meth:`choose`; returns the order. An
         order with no action index (``/choose default``) is played but not recorded."""
-        mask = np.zeros(enc.N_ACTIONS, dtype=bool)
+        mask = np.zeros(act.N_ACTIONS, dtype=bool)
         state: list = []
         moves: list = []
         obs = enc.encode(battle, side_state=state, mask=mask, moves=moves)
@@ -361,7 +362,7 @@ class Agent:
         live.last_rqid, live.recorded = rqid, 0
         if not retry:
             self._credit(live, battle, state)
-        action = enc.order_to_action(battle, order, moves)
+        action = act.order_to_action(battle, order, moves)
         if action is None or not mask[action]:
             self.stats.fallbacks += 1  # played, not recorded
         elif live.traj is not None:
@@ -405,15 +406,18 @@ class Agent:
         live.last_active = time.perf_counter()
         live.battle = battle
         live.last_rqid = (battle.last_request or {}).get("rqid")
-        n = enc.preview_picks(battle)
-        game = dbl if isinstance(battle, DoubleBattle) else enc
+        n = act.preview_picks(battle)
+        if isinstance(battle, DoubleBattle):
+            encode_preview, n_actions, first = dbl.encode_preview, dbl.N_ACTIONS, dbl.PREVIEW
+        else:
+            encode_preview, n_actions, first = enc.encode_preview, act.N_ACTIONS, act.PREVIEW
         picks: list = []
         while len(picks) < n:
-            mask = np.zeros(game.N_ACTIONS, dtype=bool)
-            obs = game.encode_preview(battle, picks, n, mask)
+            mask = np.zeros(n_actions, dtype=bool)
+            obs = encode_preview(battle, picks, n, mask)
             legal = np.flatnonzero(mask)
             if len(legal) == 1:
-                picks.append(int(legal[0]) - game.PREVIEW)
+                picks.append(int(legal[0]) - first)
                 continue
             decision = await self._decide(key, live, obs, mask)
             if self.live.get(key) is not live or self.closing:
@@ -424,10 +428,10 @@ class Agent:
                 action = int(random.choice(legal))
             elif live.traj is not None:
                 live.traj.append(obs, mask, action, decision)
-            picks.append(action - game.PREVIEW)
+            picks.append(action - first)
         self.stats.decisions += 1  # one request answered, however many picks it took
         self.stats.previews += 1
-        return enc.preview_order(battle, picks)
+        return act.preview_order(battle, picks)
 
     def finished(self, battle) -> None:
         key = self.key(battle)

@@ -236,6 +236,7 @@ class PlayResult(Rates):
     wins: int
     losses: int
     ties: int
+    opponent_invalid_choices: Optional[int] = None  # a baseline opponent's [Invalid choice] errors
 
 
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
@@ -258,5 +259,7 @@ async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str =
     bstats = agent.batcher.stats
     nb = bstats.batches - b0
     r = match.results  # from the first side's view (in self-play both sides are the agent)
+    errors = getattr(match.opponent, "errors", None)
     return PlayResult(r["won"] + r["lost"] + r["tied"], elapsed, agent.stats.decisions - d0,
-                      (bstats.decisions - s0) / nb if nb else 0.0, r["won"], r["lost"], r["tied"])
+                      (bstats.decisions - s0) / nb if nb else 0.0, r["won"], r["lost"], r["tied"],
+                      errors.invalid_choices if errors is not None else None)

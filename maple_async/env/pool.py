@@ -36,12 +36,13 @@ from ..collect.agent import Agent
 from ..collect.collector import Collector
 from ..inference.batcher import Decision, HandoffBatcher
 from ..obs import encoding as enc
+from ..obs import actions as act
 from ..obs import games
 from ..obs.features import derive
 from ..pokeenv.players import BASELINES, request_round
 
 OBS_DIM = enc.OBS_DIM  # singles; a pool's own: pool.obs_dim, pool.n_actions (doubles: obs/doubles.py)
-N_ACTIONS = enc.N_ACTIONS
+N_ACTIONS = act.N_ACTIONS
 _OUTCOMES = {1.0: "won", -1.0: "lost", 0.0: "tie"}
 SETTLE_GRACE_S = 2.0  # a settled recv with slots in hand returns after this long with nothing new
 

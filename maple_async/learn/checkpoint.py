@@ -65,7 +65,7 @@ def load(path: str | Path, battle_format: Optional[str] = None) -> dict[str, Any
         raise CheckpointError(f"checkpoint {path} was trained on another observation layout "
                               f"({data.get('layout') or 'maple-obs/1, 26 actions'}; this version: "
                               f"{games.SINGLES.layout} or {games.DOUBLES.layout}): train a new one")
-    games.check_checkpoint(data["layout"], battle_format or _battle_format(data), str(path))
+    games.check_checkpoint(data["layout"], battle_format or _battle_format(data), str(path), _battle_format(data))
     return data
 
 

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from ..obs import doubles as dbl
 from ..obs import encoding as enc
+from ..obs import actions as act
 from ..obs import games
 
 
@@ -129,7 +130,7 @@ class PolicyNetwork(nn.Module):
         nn.init.orthogonal_(self.value_head.weight, gain=1.0)
         nn.init.zeros_(self.value_head.bias)
         self.entity_head = None
-        if entity_head and (obs_dim, n_actions) == (enc.OBS_DIM, enc.N_ACTIONS):
+        if entity_head and (obs_dim, n_actions) == (enc.OBS_DIM, act.N_ACTIONS):
             self.entity_head = EntityHead(hidden_size)
         elif entity_head and (obs_dim, n_actions) == (dbl.OBS_DIM, dbl.N_ACTIONS):
             self.entity_head = DoublesEntityHead(hidden_size)
@@ -322,7 +323,7 @@ NETWORKS = {"mlp": MLPPolicy, "lstm": LSTMPolicy, "attention": AttentionPolicy}
 
 
 def build(kind: str, hidden_size: int = 128, num_layers: int = 1, attention_heads: int = 4,
-          obs_dim: int = enc.OBS_DIM, n_actions: int = enc.N_ACTIONS,
+          obs_dim: int = enc.OBS_DIM, n_actions: int = act.N_ACTIONS,
           entity_head: bool = True) -> PolicyNetwork:
     if kind not in NETWORKS:
         raise ValueError(f"unknown network '{kind}' (known: {', '.join(NETWORKS)})")

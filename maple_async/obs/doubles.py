@@ -50,6 +50,8 @@ from poke_env.battle import Effect, Move
 
 from . import encoding as enc
 
+from . import actions as act
+
 N_SLOT = 47
 MOVE0, TERA0, PASS = 6, 26, 46
 PREVIEW = 47
@@ -117,7 +119,7 @@ def _write_moves(w, base: int, entries: list, mon) -> None:
         if move is None:
             w[base + j * enc.MOVE_DIM + enc.M_PRESENT] = 1.0
         else:
-            row, _ = enc._MOVE_STATIC.get(move.id) or enc._move_static(move)
+            row, _ = enc._MOVE_STATICS[move._gen].get(move.id) or enc._move_static(move)
             w[base + j * enc.MOVE_DIM:base + (j + 1) * enc.MOVE_DIM] = row
         if not e.get("disabled"):
             w[base + j * enc.MOVE_DIM + enc.M_AVAILABLE] = 1.0
@@ -169,6 +171,7 @@ class Turn:
         w[_FLAGS + 4] = battle.turn / 50.0
         w[_FLAGS + 5] = (min(n_team, 6) - sums[1]) / 6.0
         w[_FLAGS + 6] = (opp_size - sums[3]) / 6.0
+        enc.write_generation(battle, w)
         for p, i in enumerate(self.own_pos):
             if i >= 0:
                 w[X_OWN_POS + 6 * p + i] = 1.0
@@ -335,7 +338,7 @@ def mask_pairs(turn: Turn) -> list[tuple[int, int]]:
 # -- team preview ---------------------------------------------------------------------------
 
 def preview_mask(battle, picks: list, out: Optional[np.ndarray] = None) -> np.ndarray:
-    return enc.preview_mask(battle, picks, out, PREVIEW, N_ACTIONS)
+    return act.preview_mask(battle, picks, out, PREVIEW, N_ACTIONS)
 
 
 def encode_preview(battle, picks: list, n_picks: int, mask: Optional[np.ndarray] = None) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Observation encoder and action mask for every gen9 singles format (random and team).
+"""Observation encoder for every singles format of every generation (random and team).
 
 Feature layout (float32, ``OBS_DIM`` long; every block at a fixed offset):
 
@@ -44,34 +44,36 @@ were about a third of the encoder's cost.
 FIELD_DIM: weather one-hot (9), fields multi-hot (15), own side conditions (24),
 opponent side conditions (24), can tera, opponent used tera, force switch, trapped,
 turn/50, own alive fraction, opponent alive fraction (unknown counted alive; both of six),
-team preview, picks left at team preview / 6.
+team preview, picks left at team preview / 6, can mega evolve, can use a Z-move, can
+dynamax, opponent can still dynamax, own and opponent dynamax turns left / 3, and the
+generation one-hot (9: gen 1 ... gen 9).
 
-Action numbering follows poke-env's ``SinglesEnv`` for 0-25 (gen9): 0-5 switch to team
-slot, 6-9 move, 22-25 move + terastallize (10-21: mega/z/dynamax, never legal in gen9);
-26-31 are team preview picks: "bring team slot i next" (the first pick leads). A team
-preview is one decision per pick (:func:`encode_preview` and :func:`preview_mask`): BSS
-picks 3, a full-team format orders the team (its last pick is forced and not asked). ``action_mask`` and ``action_to_order`` agree by construction: both read the same
-battle state, and the battle's message lock in poke-env keeps it fixed while a decision
-is pending.
+One layout for every generation: what a generation lacks stays zero (gen 1: items and
+abilities unknown; gens 1-8: tera) and what it has is read as the game has it: the
+derived columns use the battle's own generation's type chart (gen 1: Ghost does nothing
+to Psychic, Bug and Poison hit each other super-effectively; Steel resists Ghost and Dark
+until gen 6), poke-env's moves and Pokédex of that generation give move types, powers,
+categories (physical or special by type before gen 4) and base stats (gen 1: one Special,
+as both special stats), and an unseen opponent's stats are estimated as that
+generation's random battles build them (gens 1-2: DVs 15, full stat experience).
+
+Actions (numbering, masks, orders, team preview picks) are :mod:`maple_async.obs.actions`;
+:func:`encode` fills their mask from its own reads (``mask=``).
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from poke_env.battle import Battle, Move, MoveCategory, Pokemon, PokemonType, SideCondition, Status
+from poke_env.battle import Battle, MoveCategory, PokemonType, SideCondition, Status
 from poke_env.battle.field import Field
 from poke_env.battle.weather import Weather
 from poke_env.data import GenData
-from poke_env.player.battle_order import BattleOrder, DefaultBattleOrder, SingleBattleOrder
 
-from ..pokeenv.fastbattle import ALL, party_slots, take_changes
-
-N_ACTIONS = 32
-PREVIEW = 26  # actions PREVIEW + i: team preview, bring team slot i next
+from ..pokeenv.fastbattle import ALL, take_changes
+from .actions import N_ACTIONS, _MOVE_ID, fill_mask, only_unknown_move, preview_mask
 N_TYPES = 18
 _TYPES = [t for t in PokemonType if t not in (PokemonType.THREE_QUESTION_MARKS, PokemonType.STELLAR)]
 assert len(_TYPES) == N_TYPES
@@ -143,8 +145,11 @@ F_FIELDS = F_WEATHER + len(WEATHER_INDEX)
 F_SIDE = F_FIELDS + len(FIELD_INDEX)
 F_OPP_SIDE = F_SIDE + len(SIDE_INDEX)
 F_FLAGS = F_OPP_SIDE + len(SIDE_INDEX)
-N_FLAGS = 9
+N_GENS = 9
 FLAG_PREVIEW, FLAG_PICKS_LEFT = 7, 8
+FLAG_GIMMICKS = 9  # can mega, can Z, can dynamax, opponent can dynamax, dynamax turns (own, opponent)
+FLAG_GEN = FLAG_GIMMICKS + 6  # generation one-hot
+N_FLAGS = FLAG_GEN + N_GENS
 FIELD_DIM = F_FLAGS + N_FLAGS
 
 OWN_TEAM = 0
@@ -153,14 +158,17 @@ MOVES = OPP_TEAM + 6 * POKE_DIM
 FIELD = MOVES + 4 * MOVE_DIM
 OBS_DIM = FIELD + FIELD_DIM
 # What a checkpoint records of the observation and actions; a different one is refused.
-LAYOUT = f"maple-obs/2 obs={OBS_DIM} poke={POKE_DIM} move={MOVE_DIM} field={FIELD_DIM} actions={N_ACTIONS}"
+LAYOUT = f"maple-obs/3 gens=1-9 obs={OBS_DIM} poke={POKE_DIM} move={MOVE_DIM} field={FIELD_DIM} actions={N_ACTIONS}"
 
-# Type chart as a matrix: EFFECTIVENESS[attacking, defending].
-_chart = GenData.from_gen(9).type_chart
-EFFECTIVENESS = np.ones((N_TYPES, N_TYPES), dtype=np.float32)
-for _d in _TYPES:
-    for _a in _TYPES:
-        EFFECTIVENESS[TYPE_INDEX[_a], TYPE_INDEX[_d]] = _chart[_d.name][_a.name]
+# Each generation's type chart as a matrix: CHARTS[gen - 1, attacking, defending] (a type
+# the generation lacks is neutral); EFFECTIVENESS is gen 9's.
+CHARTS = np.ones((N_GENS, N_TYPES, N_TYPES), dtype=np.float32)
+for _g in range(1, N_GENS + 1):
+    _chart = GenData.from_gen(_g).type_chart
+    for _d in _TYPES:
+        for _a in _TYPES:
+            CHARTS[_g - 1, TYPE_INDEX[_a], TYPE_INDEX[_d]] = _chart.get(_d.name, {}).get(_a.name, 1.0)
+EFFECTIVENESS = CHARTS[N_GENS - 1]
 
 
 # Enum members hash through Python-level code; the hot path keys its tables by id() instead.
@@ -172,19 +180,20 @@ _SIDE_BY_ID = {id(c): i for c, i in SIDE_INDEX.items()}
 _FNT = Status.FNT
 _UNKNOWN_ITEM = GenData.UNKNOWN_ITEM
 
-# Static per-move features (power, accuracy, type, category, priority, max PP) by move id.
-_MOVE_STATIC: dict[str, tuple] = {}
+# Static per-move features (power, accuracy, type, category, priority, max PP) by
+# generation, then move id (a move's type, power and category change between generations).
+_MOVE_STATICS: dict[int, dict[str, tuple]] = {g: {} for g in range(1, N_GENS + 1)}
 
 
 # Move.id, Move.current_pp and whether the move came from Transform, in one C call (the
 # properties only return these slots; tests/test_encoding.py checks that).
 _MOVE_SLOTS = operator.attrgetter("_id", "_current_pp", "_from_transform")
-_MOVE_ID = operator.attrgetter("_id")
 
 
 def _move_static(move) -> tuple:
     """(row as a memoryview, max PP) for ``move``."""
-    cached = _MOVE_STATIC.get(move.id)
+    statics = _MOVE_STATICS[move._gen]
+    cached = statics.get(move.id)
     if cached is not None:
         return cached
     row = np.zeros(MOVE_DIM, dtype=np.float32)
@@ -198,33 +207,35 @@ def _move_static(move) -> tuple:
     row[M_CATEGORY + category] = 1.0
     row[M_PRIORITY] = move.priority / 5.0
     cached = (memoryview(row), move.entry["pp"] * 8 // 5)
-    _MOVE_STATIC[move.id] = cached
+    statics[move.id] = cached
     return cached
 
 
-_MOVE_TYPE: dict[str, int] = {}
+_MOVE_TYPE: dict[tuple, int] = {}
 
 
 def _move_type(move) -> int:
-    """Type index of a damaging move (-1: a status move or no type), by move id."""
-    t = _MOVE_TYPE.get(move.id)
+    """Type index of a damaging move (-1: a status move or no type), by move id and generation."""
+    key = (move.id, move._gen)
+    t = _MOVE_TYPE.get(key)
     if t is None:
         damaging = move.category is not MoveCategory.STATUS
-        t = _MOVE_TYPE[move.id] = TYPE_INDEX.get(move.type, -1) if damaging else -1
+        t = _MOVE_TYPE[key] = TYPE_INDEX.get(move.type, -1) if damaging else -1
     return t
 
 
-def _stats(known, base, level: int) -> list:
+def _stats(known, base, level: int, gen: int = 9) -> list:
     """Stats (hp atk def spa spd spe): the request's (``known``) when there (own team),
-    otherwise estimated from base stats and level with the EVs/IVs random battles use
-    (84/31)."""
+    otherwise estimated from base stats and level as random battles build sets: EVs 84
+    and IVs 31 (2b + 52), in gens 1-2 DVs 15 and full stat experience (2b + 93)."""
     known = known or {}
+    extra = 93 if gen <= 2 else 52
     out = []
     for k in STATS:
         v = known.get(k)
         if v is None:
             b = base.get(k, 80)
-            v = (2 * b + 52) * level // 100 + (level + 10 if k == "hp" else 5)
+            v = (2 * b + extra) * level // 100 + (level + 10 if k == "hp" else 5)
         out.append(float(v))
     return out
 
@@ -286,7 +297,7 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
     if tz:
         row[P_TERASTALLIZED] = 1.0
     row[P_LEVEL] = level / 100.0
-    stats = _stats(known, base, level)
+    stats = _stats(known, base, level, mon._gen)
     row[P_STATS:P_STATS + len(STATS)] = stats
     row[P_STATS:P_STATS + len(STATS)] /= 400.0
     row[P_IN_BATTLE] = 1.0
@@ -512,6 +523,22 @@ def write_field(battle, w) -> None:
         w[FIELD + F_OPP_SIDE + _SIDE_BY_ID[id(c)]] = 1.0
 
 
+def write_generation(battle, w) -> None:
+    """The generation one-hot, and the mega / Z-move / dynamax flags of the generations
+    that have them, into the field block's flags."""
+    flags = FIELD + F_FLAGS
+    gen = battle._gen
+    w[flags + FLAG_GEN + gen - 1] = 1.0
+    if gen in (6, 7):
+        w[flags + FLAG_GIMMICKS] = 1.0 if battle._can_mega_evolve else 0.0
+        w[flags + FLAG_GIMMICKS + 1] = 1.0 if battle._can_z_move else 0.0
+    elif gen == 8:
+        w[flags + FLAG_GIMMICKS + 2] = 1.0 if battle._can_dynamax else 0.0
+        w[flags + FLAG_GIMMICKS + 3] = 1.0 if battle._opponent_dynamax_turn is None else 0.0
+        w[flags + FLAG_GIMMICKS + 4] = (battle.dynamax_turns_left or 0) / 3.0
+        w[flags + FLAG_GIMMICKS + 5] = (battle.opponent_dynamax_turns_left or 0) / 3.0
+
+
 def _cached_teams(battle: Battle, changes: set) -> tuple:
     """:func:`_read_teams` from the battle's cached blocks, re-reading only the Pokémon in
     ``changes``; returns the cache and the same tuple."""
@@ -592,6 +619,7 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     available_moves = battle.available_moves
     available: set = set()
     if active is not None:
+        statics = _MOVE_STATICS[battle._gen]
         available = set(map(_MOVE_ID, available_moves))
         for j, move in enumerate(active.moves.values()):
             if j == 4:
@@ -600,7 +628,7 @@ def encode(battle: Battle, out: np.ndarray | None = None,
             move_id, pp, from_transform = _MOVE_SLOTS(move)
             known_ids.append(move_id)
             known.append(move)
-            row, max_pp = _MOVE_STATIC.get(move_id) or _move_static(move)
+            row, max_pp = statics.get(move_id) or _move_static(move)
             w[base:base + MOVE_DIM] = row
             if move_id in available:
                 w[base + M_AVAILABLE] = 1.0
@@ -611,177 +639,22 @@ def encode(battle: Battle, out: np.ndarray | None = None,
     write_field(battle, w)
     flags = FIELD + F_FLAGS
     force_switch = battle.force_switch
-    out[flags:flags + N_FLAGS] = (
+    out[flags:flags + FLAG_GIMMICKS] = (
         battle.can_tera, battle.opponent_used_tera,
         any(force_switch) if isinstance(force_switch, list) else force_switch,
         battle.trapped, battle.turn / 50.0, own_alive / 6.0, (opp_size - opp_fainted) / 6.0,
         0.0, 0.0)
+    write_generation(battle, w)
     if mask is not None:
-        _fill_mask(battle, mask, mons, active, available_moves, available, known_ids)
+        fill_mask(battle, mask, mons, active, available_moves, available, known_ids)
     if moves is not None:
-        moves[:] = available_moves if _only_unknown_move(available_moves, known_ids) else known
+        moves[:] = available_moves if only_unknown_move(available_moves, known_ids) else known
     if teams is not None:
         battle.__dict__["_maple_teams"] = teams
     return out
 
 
-def _fill_mask(battle: Battle, mask: np.ndarray, mons: list, active, available_moves: list,
-               available: set, known_ids: list) -> None:
-    """:func:`action_mask` from what the encoder has read: the team in order, the active
-    Pokémon, the available moves (and their ids) and the ids of its first four moves."""
-    mask.fill(False)
-    if battle._wait:
-        return
-    if not battle.trapped:
-        # poke-env fills available_switches with the team's own Pokémon objects: compare
-        # by identity (base_species is a pokedex lookup + regex per call).
-        switchable = {id(p) for p in battle.available_switches}
-        if switchable:
-            for i, mon in enumerate(mons):
-                if id(mon) in switchable:
-                    mask[i] = True
-    if active is not None and available_moves:
-        if _only_unknown_move(available_moves, known_ids):
-            mask[6] = True
-        else:
-            for j, move_id in enumerate(known_ids):
-                if move_id in available:
-                    mask[6 + j] = True
-        if battle.can_tera:
-            mask[22:26] = mask[6:10]
-
-
-def _active_mon(team: dict):
-    """``Battle.active_pokemon`` (the same scan, reading the slot the property returns)."""
-    for mon in team.values():
-        if mon._active:
-            return mon
-    return None
-
-
-def _known_moves(active) -> list:
-    """The moves that move actions 6..9 name: the first four the active Pokémon knows."""
-    return list(active.moves.values())[:4] if active is not None else []
-
-
-def _only_unknown_move(available_moves: list, known_ids: list) -> bool:
-    """Struggle / recharge: the one available move is not one the Pokémon "knows"; move
-    action 6 then means that move (the mask and :func:`action_to_order` both ask here)."""
-    return len(available_moves) == 1 and _MOVE_ID(available_moves[0]) not in known_ids
-
-
-def _move_choices(battle: Battle) -> list:
-    """The moves that move actions 6..9 refer to (poke-env's SinglesEnv convention)."""
-    available = battle.available_moves
-    known = _known_moves(_active_mon(battle.team))
-    if _only_unknown_move(available, list(map(_MOVE_ID, known))):
-        return available
-    return known
-
-
-_NO_ACTION = bytes(N_ACTIONS)
-
-
-def any_legal(mask: np.ndarray) -> bool:
-    """``mask.any()`` for an action mask, at a twentieth of numpy's cost on 26 entries."""
-    return mask.tobytes() != _NO_ACTION
-
-
-def action_mask(battle: Battle, out: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask of legal actions (``N_ACTIONS``). :func:`encode` fills the same mask
-    (``mask=``) from its own reads."""
-    if out is None:
-        out = np.zeros(N_ACTIONS, dtype=bool)
-    team = battle.team
-    active = _active_mon(team)
-    available_moves = battle.available_moves
-    known_ids = list(map(_MOVE_ID, _known_moves(active)))
-    _fill_mask(battle, out, list(team.values()), active, available_moves,
-               set(map(_MOVE_ID, available_moves)), known_ids)
-    return out
-
-
-@dataclass
-class SlotSwitchOrder(SingleBattleOrder):
-    """A switch sent as the party slot number of the current request.
-
-    poke-env sends ``/choose switch <name>``, and Showdown matches that against the party
-    in order, active Pokémon first, by name *or species*: an active Pokémon transformed
-    into the same species (Ditto, Imposter) is matched instead of the one on the bench, and
-    the choice is rejected ("You can't switch to an active Pokémon").
-    """
-
-    slot: int = 0
-
-    @property
-    def message(self) -> str:
-        return f"/choose switch {self.slot}"
-
-
-def _switch_order(battle: Battle, action: int) -> BattleOrder:
-    ident, mon = list(battle.team.items())[action]
-    slots = party_slots(battle)
-    if slots is not None and ident in slots:
-        return SlotSwitchOrder(mon, slot=slots[ident])
-    side = (battle.last_request or {}).get("side") or {}
-    for slot, entry in enumerate(side.get("pokemon") or (), start=1):
-        if entry.get("ident") == ident:
-            return SlotSwitchOrder(mon, slot=slot)
-    return SingleBattleOrder(mon)  # no request to read the slot from: poke-env's form
-
-
-def action_to_order(battle: Battle, action: int, moves: Optional[list] = None) -> BattleOrder:
-    """Translate an action index into a poke-env order (inverse of the mask's numbering).
-    ``moves``: the move choices :func:`encode` filled for this state, if at hand."""
-    if action < 0:
-        return DefaultBattleOrder()
-    if action < 6:
-        return _switch_order(battle, action)
-    move = (moves if moves is not None else _move_choices(battle))[(action - 6) % 4]
-    return SingleBattleOrder(move, terastallize=22 <= action < 26)
-
-
-def order_to_action(battle: Battle, order: BattleOrder, moves: Optional[list] = None) -> Optional[int]:
-    """The action index of a poke-env order another player chose (a teacher's, for
-    behaviour cloning): the inverse of :func:`action_to_order`; None for an order with no
-    index (``/choose default``, a move the action numbering does not name)."""
-    target = getattr(order, "order", None)
-    if isinstance(target, Pokemon):
-        for i, mon in enumerate(battle.team.values()):
-            if mon is target:
-                return i
-        return None
-    if isinstance(target, Move):
-        choices = moves if moves is not None else _move_choices(battle)
-        for j, move in enumerate(choices[:4]):
-            if move is target or _MOVE_ID(move) == _MOVE_ID(target):
-                return (22 if getattr(order, "terastallize", False) else 6) + j
-    return None
-
-
 # -- team preview ---------------------------------------------------------------------------
-
-def preview_picks(battle: Battle) -> int:
-    """How many Pokémon the team preview asks for: the request's ``maxChosenTeamSize``
-    (BSS: 3), else the whole team."""
-    request = battle.last_request or {}
-    n = len(battle.team)
-    return min(request.get("maxChosenTeamSize") or n, n, 6)
-
-
-def preview_mask(battle: Battle, picks: list, out: Optional[np.ndarray] = None,
-                 preview: int = PREVIEW, n_actions: int = N_ACTIONS) -> np.ndarray:
-    """Legal team preview actions: bring a team slot not picked yet (``preview + i``; the
-    doubles numbering passes its own)."""
-    if out is None:
-        out = np.zeros(n_actions, dtype=bool)
-    else:
-        out.fill(False)
-    for i in range(min(len(battle.team), 6)):
-        if i not in picks:
-            out[preview + i] = True
-    return out
-
 
 def encode_preview(battle: Battle, picks: list, n_picks: int,
                    mask: Optional[np.ndarray] = None) -> np.ndarray:
@@ -796,18 +669,6 @@ def encode_preview(battle: Battle, picks: list, n_picks: int,
     if mask is not None:
         preview_mask(battle, picks, mask)
     return out
-
-
-def preview_order(battle: Battle, picks: list) -> str:
-    """``/team`` message for team slots ``picks`` (the first leads), numbered as the
-    request lists the team."""
-    side = (battle.last_request or {}).get("side") or {}
-    position = {e.get("ident"): k for k, e in enumerate(side.get("pokemon") or (), start=1)}
-    idents = list(battle.team)
-    numbers = [position.get(idents[i], i + 1) for i in picks]
-    for i, mon in enumerate(battle.team.values()):
-        mon._selected_in_teampreview = i in picks
-    return "/team " + "".join(map(str, numbers))
 
 
 def learn_tera_types(battle: Battle) -> None:

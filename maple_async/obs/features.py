@@ -28,7 +28,6 @@ Deriving an observation twice gives the same observation.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional
 
 import numpy as np
@@ -56,32 +55,47 @@ for _c, _set in enumerate(_SETS):
     _COMBO[sum(t + 1 for t in _set) * _KEY_STRIDE + sum((t + 1) ** 2 for t in _set)] = _c
 
 
-def _multiplier(att: int, dfn: tuple) -> float:
-    m = 1.0
-    for d in dfn:
-        m *= float(enc.EFFECTIVENESS[att, d])
-    return m
+# _MULT[g, a, c]: the multiplier of attacking type a against type set c in generation g + 1.
+_MULT = np.ones((enc.N_GENS, enc.N_TYPES, len(_SETS)), np.float64)
+for _c, _set in enumerate(_SETS):
+    for _d in _set:
+        _MULT[:, :, _c] *= enc.CHARTS[:, :, _d]
 
 
-def _best_effectiveness(att: tuple, dfn: tuple) -> float:
-    if not att or not dfn:
-        return 0.0
-    best = max(_multiplier(a, dfn) for a in att)
-    return -1.5 if best == 0.0 else math.log2(best) / 2.0
+def _best(c: tuple) -> np.ndarray:
+    """[g, o]: best multiplier of type set ``c``'s types against each type set o."""
+    return _MULT[:, list(c), :].max(1)
 
 
-# _MATCH[c, o]: (best effectiveness of type set c against o, of o against c).
-_MATCH = np.array([[(_best_effectiveness(c, o), _best_effectiveness(o, c)) for o in _SETS]
-                   for c in _SETS], np.float32)
-# Per move type (0: none, t + 1: type t) and defending type set: log2 of the multiplier
-# (-1000: immune; 0 for a move without a type or a defender without one) and STAB.
-_MOVE_LOG = np.zeros((enc.N_TYPES + 1, len(_SETS)), np.float32)
+def _scaled(best: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.where(best == 0.0, -1.5, np.log2(best) / 2.0)
+
+
+# _MATCH[g, c, o]: (best effectiveness of type set c against o, of o against c) in
+# generation g + 1 (log2 / 2, -1.5 for immunity, 0 when either set is empty).
+_BEST = np.stack([np.zeros((enc.N_GENS, len(_SETS)))] + [_best(c) for c in _SETS[1:]], 1)  # [g, c, o]
+_EFF = _scaled(_BEST)
+_EFF[:, 0, :] = 0.0
+_EFF[:, :, 0] = 0.0
+_MATCH = np.stack([_EFF, _EFF.transpose(0, 2, 1)], -1).astype(np.float32)
+# Per generation, move type (0: none, t + 1: type t) and defending type set: log2 of the
+# multiplier (-1000: immune; 0 for a move without a type or a defender without one) and STAB.
+_MOVE_LOG = np.zeros((enc.N_GENS, enc.N_TYPES + 1, len(_SETS)), np.float32)
+with np.errstate(divide="ignore"):
+    _MOVE_LOG[:, 1:, :] = np.where(_MULT == 0.0, -1000.0, np.log2(_MULT))
 _STAB = np.zeros((enc.N_TYPES + 1, len(_SETS)), bool)
 for _c, _set in enumerate(_SETS):
-    for _t in range(enc.N_TYPES):
-        _m = _multiplier(_t, _set)
-        _MOVE_LOG[_t + 1, _c] = math.log2(_m) if _m else -1000.0
-        _STAB[_t + 1, _c] = _t in _set
+    for _t in _set:
+        _STAB[_t + 1, _c] = True
+_GEN = slice(enc.FIELD + enc.F_FLAGS + enc.FLAG_GEN, enc.FIELD + enc.F_FLAGS + enc.FLAG_GEN + enc.N_GENS)
+
+
+def _gens(flat: np.ndarray) -> np.ndarray:
+    """Each row's generation index (0: gen 1 ... 8: gen 9; gen 9 where none is marked)."""
+    onehot = flat[:, _GEN]
+    return np.where(onehot.any(1), onehot.argmax(1), enc.N_GENS - 1)
+
 
 # Every column derive() writes (the encoder leaves them at zero).
 DERIVED_COLUMNS = np.array(
@@ -135,6 +149,7 @@ def _derive_core(flat: np.ndarray) -> tuple:
     reuses: the Pokémon blocks, their type sets, log2 speeds and presence, and each side's
     active block, type set, whether it has one, and its boosted stats."""
     n = flat.shape[0]
+    g = _gens(flat)
     poke = flat[:, :enc.MOVES].reshape(n, 2, 6, enc.POKE_DIM)  # [n, side, slot, feature]
     act = poke[..., enc.P_ACTIVE] > 0
     has = act.any(-1)
@@ -156,32 +171,34 @@ def _derive_core(flat: np.ndarray) -> tuple:
                     np.log2(np.maximum(np.rint(poke[..., enc.P_STATS + _SPE] * 400.0), 1.0)))
     present = poke[..., enc.P_PRESENT] > 0
     poke[..., enc.P_MATCH_OFF:enc.P_MATCH_SPE + 1] = _matchups(
-        combo, lspe, a_combo[:, ::-1, None], a_lspe[:, ::-1, None], present & both[:, None, None])
+        g[:, None, None], combo, lspe, a_combo[:, ::-1, None], a_lspe[:, ::-1, None], present & both[:, None, None])
 
     # The own active Pokémon's moves against the opponent's active Pokémon.
-    _derive_moves(flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM), active[:, 0], active[:, 1],
-                  a_combo[:, 0], a_combo[:, 1], boosted[:, 0], boosted[:, 1], a_stats[:, 1], both)
-    return poke, combo, lspe, present, active, a_combo, has, boosted
+    _derive_moves(g[:, None], flat[:, enc.MOVES:enc.FIELD].reshape(n, 4, enc.MOVE_DIM), active[:, 0],
+                  active[:, 1], a_combo[:, 0], a_combo[:, 1], boosted[:, 0], boosted[:, 1], a_stats[:, 1], both)
+    return g, poke, combo, lspe, present, active, a_combo, has, boosted
 
 
-def _matchups(combo, lspe, vs_combo, vs_lspe, keep) -> np.ndarray:
+def _matchups(g, combo, lspe, vs_combo, vs_lspe, keep) -> np.ndarray:
     """Matchup columns (offence, defence, speed) of Pokémon blocks, given their type sets and
-    log2 speeds, against a Pokémon's (broadcast alike); zero where ``keep`` is false."""
+    log2 speeds, against a Pokémon's (broadcast alike, with the generation index ``g``);
+    zero where ``keep`` is false."""
     match = np.empty((*combo.shape, 3), np.float32)
-    match[..., :2] = _MATCH[combo, vs_combo]
+    match[..., :2] = _MATCH[g, combo, vs_combo]
     match[..., 2] = np.clip((lspe - vs_lspe) * 0.5, -1.0, 1.0)
     match[~keep] = 0.0
     return match
 
 
-def _derive_moves(mv, att, dfn, att_combo, dfn_combo, att_boosted, dfn_boosted, dfn_stats, both) -> None:
+def _derive_moves(g, mv, att, dfn, att_combo, dfn_combo, att_boosted, dfn_boosted, dfn_stats, both) -> None:
     """The derived columns of move blocks ``mv [..., 4, MOVE_DIM]`` (in place), used by an
     attacker against a defender: their blocks ``[..., POKE_DIM]``, type sets, boosted
-    stats, the defender's stats, and whether both are there (leading shapes alike)."""
+    stats, the defender's stats, and whether both are there (leading shapes alike; ``g``,
+    the generation index, broadcasts against ``mv[..., 0]``)."""
     mtype = np.clip(np.rint(mv[..., enc.M_TYPE:enc.M_TYPE + enc.N_TYPES] @ _KEY_W[:, 0]),
                     0, enc.N_TYPES).astype(np.intp)  # 0: no type, t + 1: type t
     opp_combo = dfn_combo[..., None]
-    lmult = _MOVE_LOG[mtype, opp_combo]
+    lmult = _MOVE_LOG[g, mtype, opp_combo]
     immune = lmult < -500.0
     stab = _STAB[mtype, att_combo[..., None]]
     physical = mv[..., enc.M_CATEGORY] > 0
@@ -222,7 +239,7 @@ def _derive_doubles(obs: np.ndarray) -> np.ndarray:
     n = flat.shape[0]
     if n == 0:
         return obs
-    poke, combo, lspe, present, active, a_combo, has, boosted = _derive_core(flat)
+    g, poke, combo, lspe, present, active, a_combo, has, boosted = _derive_core(flat)
     foe2, foe2_combo, there = _pick(poke[:, 1], flat[:, dbl.X_FOE_POS + 6:dbl.X_FOE_POS + 12],
                                     active[:, 1], a_combo[:, 1], combo[:, 1])
     second = flat[:, dbl.X_SLOT + 1:dbl.X_SLOT + 2] > 0  # slot 2 decides: the ally is in 1
@@ -235,11 +252,11 @@ def _derive_doubles(obs: np.ndarray) -> np.ndarray:
     dfn = np.stack([foe2, active[:, 1], foe2], 1)
     _, att_boosted, _ = _fighting(att)
     dfn_stats, dfn_boosted, dfn_lspe = _fighting(dfn)
-    _derive_moves(flat[:, dbl.MOVES_B:dbl.OWN_MATCH_B].reshape(n, 3, 4, enc.MOVE_DIM), att, dfn,
+    _derive_moves(g[:, None, None], flat[:, dbl.MOVES_B:dbl.OWN_MATCH_B].reshape(n, 3, 4, enc.MOVE_DIM), att, dfn,
                   np.stack([a_combo[:, 0], ally_combo, ally_combo], 1),
                   np.stack([foe2_combo, a_combo[:, 1], foe2_combo], 1), att_boosted, dfn_boosted, dfn_stats,
                   np.stack([has[:, 0] & foe2_has, ally_there & has[:, 1], ally_there & foe2_has], 1))
-    match = _matchups(combo[:, 0], lspe[:, 0], foe2_combo[:, None], dfn_lspe[:, :1],
+    match = _matchups(g[:, None], combo[:, 0], lspe[:, 0], foe2_combo[:, None], dfn_lspe[:, :1],
                       present[:, 0] & (has[:, 0] & foe2_has)[:, None])
     flat[:, dbl.OWN_MATCH_B:dbl.X] = match.reshape(n, -1)
     return obs

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..errors import UserError
 from . import doubles as dbl
 from . import encoding as enc
+from . import actions as act
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Game:
     layout: str
 
 
-SINGLES = Game("singles", enc.OBS_DIM, enc.N_ACTIONS, enc.PREVIEW, enc.LAYOUT)
+SINGLES = Game("singles", enc.OBS_DIM, act.N_ACTIONS, act.PREVIEW, enc.LAYOUT)
 DOUBLES = Game("doubles", dbl.OBS_DIM, dbl.N_ACTIONS, dbl.PREVIEW, dbl.LAYOUT)
 GAMES = (SINGLES, DOUBLES)
 
@@ -43,8 +44,21 @@ def of_layout(layout) -> Game | None:
     return next((g for g in GAMES if g.layout == layout), None)
 
 
-def check_checkpoint(layout, battle_format: str, path: str = "checkpoint") -> None:
-    """One line when a checkpoint's layout is not the one ``battle_format`` is played with."""
+def generations(formats: str) -> list[int]:
+    """The generations a comma list of formats names, in order, without repeats."""
+    from ..config import format_gen
+    gens = (format_gen(f.strip()) for f in formats.split(",") if f.strip())
+    return list(dict.fromkeys(g for g in gens if g is not None))
+
+
+def check_checkpoint(layout, battle_format: str, path: str = "checkpoint", trained: str = "") -> None:
+    """One line when a checkpoint's layout is not the one ``battle_format`` is played with,
+    or when it was trained (``trained``: its run's formats) in other generations."""
+    want, have = generations(battle_format), generations(trained)
+    if have and not set(want) <= set(have):
+        gen = lambda gens: ", ".join(map(str, gens))  # noqa: E731
+        raise UserError(f"checkpoint {path} was trained on generation {gen(have)} ({trained}) and "
+                        f"{battle_format} is generation {gen(want)}: train one on that generation")
     game = of_format(battle_format)
     if layout == game.layout:
         return

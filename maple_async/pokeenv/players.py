@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from poke_env.player import MaxBasePowerPlayer, Player, RandomPlayer, SimpleHeuristicsPlayer
@@ -48,6 +49,21 @@ class _ServerErrorCounter(logging.Filter):
             self.stats.other_server_errors += 1
         return True
 
+
+
+@dataclass
+class ServerErrors:
+    """Showdown's |error| lines to one player, by kind (what a baseline is told)."""
+    invalid_choices: int = 0
+    unavailable_choices: int = 0
+    other_server_errors: int = 0
+
+
+class _QuietErrorCounter(_ServerErrorCounter):
+    """Counts a baseline's |error| lines and prints only what poke-env prints at ERROR."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return super().filter(record) and record.levelno >= logging.ERROR
 
 
 class PolicyPlayer(FastBattles, Player):
@@ -255,6 +271,9 @@ def make_baseline(name: str, server_url: str, account: str, concurrency: int,
     player = _baseline_class(name)(**player_kwargs(server_url, account, concurrency, battle_format, team,
                                                    open_team_sheets=open_team_sheets))
     quiet_logger(player)
+    player.errors = ServerErrors()  # a baseline's invalid choices are counted like the agent's
+    player.logger.setLevel(SERVER_ERROR_LEVEL)
+    player.logger.addFilter(_QuietErrorCounter(player.errors))
     return player
 
 

@@ -1,0 +1,181 @@
+"""Every generation: each one's type chart against the pinned Showdown's own data, the
+formats accepted and refused, gimmick actions (mega, Z-move, dynamax) sent and accepted,
+and every older format played to the end with each baseline on both transports."""
+
+import json
+import logging
+import subprocess
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from maple_async import config as C
+from maple_async import teams as T
+from maple_async.collect.match import play
+from maple_async.config import BatcherConfig
+from maple_async.errors import UserError
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
+from maple_async.obs import actions as act
+from maple_async.obs import encoding as enc
+from maple_async.obs import features
+from maple_async.pokeenv import players
+
+from test_integration_runner import CheckingAgent
+
+RANDOM = [f"gen{g}randombattle" for g in range(1, 9)]
+OU = [f"gen{g}ou" for g in range(1, 5)]
+_TYPES_JS = """
+const ps = require(process.argv[1]);
+const out = {};
+for (let g = 1; g <= 9; g++) {
+  out[g] = {};
+  for (const t of ps.Dex.mod('gen' + g).types.all()) {
+    if (t.exists && !t.isNonstandard && t.name !== 'Stellar') out[g][t.name] = t.damageTaken;
+  }
+}
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.integration
+def test_each_generations_type_chart_is_showdowns():
+    from maple_async import server
+    pkg = server.install(quiet=True)
+    charts = json.loads(subprocess.run(["node", "-e", _TYPES_JS, str(pkg)], capture_output=True,
+                                       text=True, check=True).stdout)
+    mult = {0: 1.0, 1: 2.0, 2: 0.5, 3: 0.0}
+    index = {t.name.title(): i for t, i in enc.TYPE_INDEX.items()}
+    for g in range(1, 10):
+        types = charts[str(g)]
+        assert len(types) == (15 if g == 1 else 17 if g <= 5 else 18), (g, sorted(types))
+        for dfn, taken in types.items():
+            for att in types:
+                want = mult[taken[att]]
+                got = enc.CHARTS[g - 1, index[att], index[dfn]]
+                assert got == want, f"gen {g}: {att} against {dfn} is {got}, Showdown says {want}"
+
+
+def test_the_derived_columns_read_the_generation_of_the_row():
+    """Ghost against Psychic: immune in gen 1, super effective from gen 2; Steel resists Dark until gen 6."""
+    t = enc.TYPE_INDEX
+    ghost, psychic, dark, steel = (t[enc.PokemonType[n]] for n in ("GHOST", "PSYCHIC", "DARK", "STEEL"))
+    flags = enc.FIELD + enc.F_FLAGS + enc.FLAG_GEN
+
+    def row(gen, move_type, defender):
+        obs = np.zeros(enc.OBS_DIM, np.float32)
+        for side, types in ((0, (move_type,)), (1, (defender,))):
+            b = enc.OWN_TEAM + side * 6 * enc.POKE_DIM
+            obs[b + enc.P_PRESENT] = obs[b + enc.P_ACTIVE] = obs[b + enc.P_HP] = 1.0
+            obs[b + enc.P_LEVEL] = 1.0
+            obs[b + enc.P_STATS:b + enc.P_STATS + 6] = 0.5
+            for x in types:
+                obs[b + enc.P_TYPES + x] = 1.0
+        m = enc.MOVES
+        obs[m + enc.M_PRESENT] = obs[m + enc.M_AVAILABLE] = obs[m + enc.M_ACCURACY] = 1.0
+        obs[m + enc.M_POWER] = 0.8
+        obs[m + enc.M_TYPE + move_type] = 1.0
+        obs[m + enc.M_CATEGORY + 1] = 1.0
+        if gen:
+            obs[flags + gen - 1] = 1.0
+        return features.derive(obs[None].copy())[0]
+
+    m = enc.MOVES
+    assert row(1, ghost, psychic)[m + enc.M_IMMUNE] == 1.0
+    assert row(2, ghost, psychic)[m + enc.M_EFFECT] == pytest.approx(0.5)
+    assert row(5, dark, steel)[m + enc.M_EFFECT] == pytest.approx(-0.5)
+    assert row(6, dark, steel)[m + enc.M_EFFECT] == 0.0
+    assert row(0, dark, steel)[m + enc.M_EFFECT] == 0.0  # no generation marked: gen 9
+    gen1 = row(1, ghost, psychic)
+    assert gen1[enc.OPP_TEAM + enc.P_MATCH_DEF] == -1.5  # the psychic's matchup: ghost can't touch it
+
+
+def test_stat_estimates_follow_the_generation():
+    base = {"hp": 100, "atk": 100, "def": 100, "spa": 100, "spd": 100, "spe": 100}
+    assert enc._stats(None, base, 100, 9) == [362.0] + [257.0] * 5
+    assert enc._stats(None, base, 100, 1) == [403.0] + [298.0] * 5  # DVs 15, full stat experience
+
+
+@pytest.mark.parametrize("fmt", RANDOM + OU + ["gen9randombattle", "gen5uu", "gen7ubers"])
+def test_every_generations_singles_formats_are_accepted(fmt):
+    assert C.load(None, {"runner.battle_format": fmt}).runner.battle_format == fmt
+
+
+def test_a_baselines_invalid_choices_are_counted_and_not_printed(capsys):
+    errors = players.ServerErrors()
+    counter = players._QuietErrorCounter(errors)
+    rec = logging.LogRecord("p", players.SERVER_ERROR_LEVEL, "", 0, "Error message received: %s",
+                            ("|error|[Invalid choice] Can't move",), None)
+    assert counter.filter(rec) is False and errors.invalid_choices == 1
+    other = logging.LogRecord("p", logging.ERROR, "", 0, "boom", None, None)
+    assert counter.filter(other) is True and errors.invalid_choices == 1
+
+
+def _teams(fmt):
+    if fmt.endswith("randombattle"):
+        return None
+    return T.prepare(SimpleNamespace(battle_format=fmt, teams=f"config/teams/{fmt}", team_sampling="uniform",
+                                     seed=0))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fmt", RANDOM + OU)
+async def test_every_older_format_plays_to_the_end_with_each_baseline(venue, fmt):
+    """The agent's every mask is within poke-env's valid orders, Showdown refuses none of
+    its orders nor any baseline's, and every battle ends."""
+    agent = CheckingAgent(InferencePolicy(nets.build("mlp", hidden_size=32)), BatcherConfig())
+    teams = _teams(fmt)
+    for opponent in ("random", "max_power", "heuristics"):
+        res = await play(agent, venue, 3, opponent=opponent, concurrency=3, battle_format=fmt, teams=teams)
+        assert res.battles == 3 and res.wins + res.losses + res.ties == 3
+        assert res.opponent_invalid_choices == 0, (fmt, opponent)
+    await agent.batcher.close()
+    assert agent.checked > 9 and agent.mask_errors == []
+    assert agent.stats.invalid_choices == 0 and agent.stats.other_server_errors == 0
+    assert agent.stats.fallbacks == 0 and len(agent.live) == 0
+
+
+class GimmickAgent(CheckingAgent):
+    """Counts the gimmick actions (mega, Z-move, dynamax) its masks offered and it sent."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.offered = {k: 0 for k in ("mega", "z", "dynamax")}
+
+    async def choose(self, battle, opponent):
+        mask = act.action_mask(battle)
+        for k, first in (("mega", act.MEGA), ("z", act.ZMOVE), ("dynamax", act.DYNAMAX)):
+            self.offered[k] += bool(mask[first:first + 4].any())
+        return await super().choose(battle, opponent)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fmt,kinds", [("gen7randombattle", ("mega", "z")), ("gen8randombattle", ("dynamax",))])
+async def test_mega_z_and_dynamax_orders_are_offered_and_accepted(venue, fmt, kinds):
+    """Self-play with an untrained policy: the gimmick actions are offered, sent (a uniform
+    policy picks them often) and Showdown accepts every order."""
+    agent = GimmickAgent(InferencePolicy(nets.build("mlp", hidden_size=32)), BatcherConfig(), record=True,
+                         on_trajectory=lambda t: sent.extend(t.arrays()["actions"].tolist()))
+    sent: list = []
+    res = await play(agent, venue, 12, opponent="self", concurrency=12, battle_format=fmt)
+    await agent.batcher.close()
+    assert res.battles == 12
+    firsts = {"mega": act.MEGA, "z": act.ZMOVE, "dynamax": act.DYNAMAX}
+    for k in kinds:
+        assert agent.offered[k] > 0, (k, agent.offered)
+        assert any(firsts[k] <= a < firsts[k] + 4 for a in sent), k
+    assert agent.mask_errors == [] and agent.stats.invalid_choices == 0 and agent.stats.fallbacks == 0
+
+
+def test_a_checkpoint_is_refused_in_a_generation_it_was_not_trained_on(tmp_path):
+    from maple_async.learn import checkpoint as ckpt
+    path = ckpt.save(tmp_path / "c.pt", {"learner": {}, "config": {"runner": {"battle_format": "gen9randombattle"}}})
+    assert ckpt.load(path, "gen9ou")["layout"] == enc.LAYOUT  # another format of its generation
+    with pytest.raises(UserError,
+                       match=r"trained on generation 9 \(gen9randombattle\) and gen4randombattle is generation 4"):
+        ckpt.load(path, "gen4randombattle")
+    many = ckpt.save(tmp_path / "m.pt", {"learner": {}, "config": {"runner": {"battle_format": "gen1ou,gen2ou"}}})
+    ckpt.load(many, "gen2ou")
+    with pytest.raises(UserError, match=r"trained on generation 1, 2 \(gen1ou,gen2ou\) and gen3ou is generation 3"):
+        ckpt.load(many, "gen3ou")
