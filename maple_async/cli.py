@@ -71,13 +71,17 @@ def print_config(cfg: config_mod.Config) -> None:
     sys.stdout.flush()
 
 
-def check_teams(cfg: config_mod.Config, quiet: bool = False, eval_pool: bool = False) -> None:
+def check_teams(cfg: config_mod.Config, quiet: bool = False, eval_pool: bool = False,
+                many: bool = False) -> None:
     """The format's rules and every team, validated by Showdown before anything starts
-    (``quiet``: stdout is JSON, say nothing); with ``eval_pool`` (train) ``train.eval_teams`` too."""
+    (``quiet``: stdout is JSON, say nothing); with ``eval_pool`` (train) ``train.eval_teams`` too.
+    ``many``: the command plays every format of a list (train, eval); others refuse a list."""
     from .teams import for_config
-    for_config(cfg, quiet=quiet)
-    if eval_pool and cfg.train.eval_teams and cfg.train.eval_battles:
-        for_config(_eval_pool_config(cfg), quiet=quiet)
+    for fmt in config_mod.formats(cfg.runner.battle_format) if many else [None]:
+        one = cfg if fmt is None else config_mod.for_format(cfg, fmt)
+        for_config(one, quiet=quiet)
+        if eval_pool and cfg.train.eval_teams and cfg.train.eval_battles:
+            for_config(config_mod.for_format(_eval_pool_config(cfg), one.runner.battle_format), quiet=quiet)
 
 
 def _eval_pool_config(cfg: config_mod.Config) -> config_mod.Config:
@@ -214,14 +218,18 @@ async def _final_eval(cfg, loop, url: str, device) -> None:
     from .tools.evaluate import EvalTable, training_label
     policy = InferencePolicy(loop.learner.network, device, greedy=False)
     table = EvalTable()
-    if cfg.train.eval_teams:
-        print(f"[eval] both sides draw from {cfg.train.eval_teams} (train.eval_teams)", flush=True)
-    for opp in config_mod.parse_eval_opponents(cfg.train.eval_opponents):
-        res = await _evaluate(_eval_pool_config(cfg), policy, url, opp, cfg.train.eval_battles, device,
-                              min(cfg.runner.concurrency, 32))
-        table.results.append(("agent", res, training_label(opp, cfg.train)))
-        print(table.row(-1), flush=True)
-        loop.metrics.scalars(loop.learner.updates, {f"eval/{opp}": res.win_rate})
+    names = config_mod.formats(cfg.runner.battle_format)
+    for fmt in names:
+        one = config_mod.for_format(_eval_pool_config(cfg), fmt)
+        if cfg.train.eval_teams:
+            print(f"[eval] both sides draw from {one.runner.teams} (train.eval_teams)", flush=True)
+        player, tag = ("agent", "") if len(names) == 1 else (f"agent [{fmt}]", f"{fmt}/")
+        for opp in config_mod.parse_eval_opponents(cfg.train.eval_opponents):
+            res = await _evaluate(one, policy, url, opp, cfg.train.eval_battles, device,
+                                  min(cfg.runner.concurrency, 32))
+            table.results.append((player, res, training_label(opp, cfg.train)))
+            print(table.row(-1), flush=True)
+            loop.metrics.scalars(loop.learner.updates, {f"eval/{tag}{opp}": res.win_rate})
     print("\n".join(table.summary()), flush=True)
     data = {"update": loop.learner.updates, "battles": loop.counters["battles"], **table.to_json()}
     (loop.run_dir / "eval.json").write_text(json.dumps(data, indent=2) + "\n")
@@ -269,7 +277,7 @@ def cmd_train(args) -> int:
     if resume == "latest":
         resume = str(Path(cfg.train.run_dir) / "latest.pt")
     print_config(cfg)
-    check_teams(cfg, eval_pool=True)
+    check_teams(cfg, eval_pool=True, many=True)
     return run_async(_train(cfg, resume))
 
 
@@ -328,18 +336,22 @@ async def _eval(cfg, args) -> int:
     table = EvalTable()
     quiet = args.json == "-"
     replays = _replay_writer(args)
+    names = config_mod.formats(cfg.runner.battle_format)
     async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
         # Every checkpoint against every baseline and every later checkpoint (a round robin
         # without baseline-vs-baseline games): the first checkpoint's row is the headline.
-        for i, c in enumerate(checkpoints):
-            policy, ckpt_cfg = loaded[c]
-            for o in baselines + checkpoints[i + 1:]:
-                res = await _evaluate(cfg, policy, server.url, o, args.battles, device,
-                                      cfg.runner.concurrency, label=short.get(o, o), replays=replays)
-                label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
-                table.results.append((short[c], res, label))
-                if not quiet:
-                    print(table.row(-1), flush=True)
+        # Several formats: each one's rows, the format named beside the player.
+        for fmt in names:
+            one = config_mod.for_format(cfg, fmt)
+            for i, c in enumerate(checkpoints):
+                policy, ckpt_cfg = loaded[c]
+                for o in baselines + checkpoints[i + 1:]:
+                    res = await _evaluate(one, policy, server.url, o, args.battles, device,
+                                          cfg.runner.concurrency, label=short.get(o, o), replays=replays)
+                    label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
+                    table.results.append((short[c] if len(names) == 1 else f"{short[c]} [{fmt}]", res, label))
+                    if not quiet:
+                        print(table.row(-1), flush=True)
     if args.json:
         text = json.dumps(table.to_json(), indent=2)
         if args.json == "-":
@@ -366,7 +378,7 @@ def cmd_eval(args) -> int:
         if opponent not in BASELINES and not os.path.isfile(opponent):
             raise UserError(f"--opponents must list {', '.join(BASELINES)} or checkpoint files; "
                             f"got {opponent!r}")
-    check_teams(cfg, quiet=args.json == "-")
+    check_teams(cfg, quiet=args.json == "-", many=True)
     return run_async(_eval(cfg, args))
 
 

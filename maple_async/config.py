@@ -52,11 +52,13 @@ class ServerConfig:
 
 @dataclass
 class RunnerConfig:
-    battle_format: str = key("gen9randombattle", "Showdown format: any gen9 singles or doubles format "
-                                                 "(random-team, or a team format such as gen9bssregi, gen9ou "
-                                                 "or gen9vgc2025regi with runner.teams)")
+    battle_format: str = key("gen9randombattle", "Showdown format: a singles format of any generation "
+                                                 "or a gen9 doubles format (random-team, or a team format such "
+                                                 "as gen1ou, gen9bssregi or gen9vgc2025regi with runner.teams); "
+                                                 "a comma list trains one agent on several (train, eval)")
     teams: Optional[str] = key(None, "team format: a file or folder of teams in Showdown's export text, "
-                                     "validated by Showdown before any battle")
+                                     "validated by Showdown before any battle; {format} stands for each "
+                                     "format of a list (config/teams/{format})")
     team_sampling: str = key("uniform", "how each battle draws its team from runner.teams",
                              choices=("uniform", "cycle", "fixed"))
     concurrency: int = key(64, "battles in flight per player", gt=0)
@@ -322,10 +324,42 @@ def format_gen(fmt: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def check_battle_format(fmt: str) -> None:
-    """What can be told from the name: the encoder and action spaces are gen9 singles and
-    doubles (type chart, tera). Showdown's own rules are read before the run starts
-    (:func:`maple_async.teams.prepare`)."""
+def formats(battle_format: str) -> list[str]:
+    """The formats of ``runner.battle_format`` (one, or a comma list)."""
+    return [f.strip() for f in battle_format.split(",") if f.strip()]
+
+
+def for_format(cfg: "Config", fmt: str) -> "Config":
+    """``cfg`` for one format of its list: ``runner.battle_format`` that one, ``{format}``
+    in the team paths replaced by it (``cfg`` itself when it has one format and no ``{format}``)."""
+    paths = (cfg.runner.teams, cfg.train.opponent_teams, cfg.train.eval_teams)
+    if cfg.runner.battle_format == fmt and not any(p and "{format}" in p for p in paths):
+        return cfg
+    out = copy.deepcopy(cfg)
+    out.runner.battle_format = fmt
+    out.runner.teams, out.train.opponent_teams, out.train.eval_teams = (
+        p.replace("{format}", fmt) if p else p for p in paths)
+    return out
+
+
+def check_battle_format(spec: str) -> None:
+    """What can be told from the names: a singles format of any generation or a gen9
+    doubles format, or a comma list of them all singles or all doubles. Showdown's own
+    rules are read before the run starts (:func:`maple_async.teams.prepare`)."""
+    from .obs.games import is_doubles_format
+    names = formats(spec)
+    if not names:
+        raise ConfigError("config key 'runner.battle_format' is empty")
+    if len(set(names)) < len(names):
+        raise ConfigError(f"config key 'runner.battle_format' lists a format twice: {spec!r}")
+    if len({is_doubles_format(f) for f in names}) > 1:
+        raise ConfigError(f"config key 'runner.battle_format' mixes singles and doubles formats ({spec!r}): "
+                          f"one agent plays one of the two")
+    for fmt in names:
+        _check_one_format(fmt)
+
+
+def _check_one_format(fmt: str) -> None:
     from .obs.games import is_doubles_format
     gen = format_gen(fmt)
     if gen is None:

@@ -294,13 +294,26 @@ def prepare(runner_cfg, opponent_teams: Optional[str] = None,
 
 
 def for_config(cfg, quiet: bool = True) -> Teams:
-    """:func:`prepare` for a whole config (the opponents' pool from ``train.opponent_teams``,
-    Showdown from ``server.home``); prints what was validated unless ``quiet``."""
+    """:func:`prepare` for a whole config of one format (the opponents' pool from
+    ``train.opponent_teams``, Showdown from ``server.home``); prints what was validated
+    unless ``quiet``. A config listing several formats: :func:`for_formats`."""
+    from .config import for_format, formats
+    names = formats(cfg.runner.battle_format)
+    if len(names) != 1:
+        raise TeamError(f"this command plays one format; runner.battle_format lists {len(names)} "
+                        f"({cfg.runner.battle_format}): pick one with --runner.battle_format")
+    cfg = for_format(cfg, names[0])
     home = Path(cfg.server.home).expanduser() if cfg.server.home else None
     teams = prepare(cfg.runner, cfg.train.opponent_teams, home)
     if not quiet:
         print(f"[teams] {describe(teams)}", flush=True)
     return teams
+
+
+def for_formats(cfg, quiet: bool = True) -> dict:
+    """Each listed format's :func:`for_config` (``{format}`` in the team paths stands for it)."""
+    from .config import for_format, formats
+    return {f: for_config(for_format(cfg, f), quiet) for f in formats(cfg.runner.battle_format)}
 
 
 def _stamp(path: Optional[str]) -> object:

@@ -78,3 +78,33 @@ def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
                 "--battles", "4", "--server", showdown_url, "--concurrency", "4")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
     assert "vs max_power (teacher (cloned))" in e.stdout and "vs random (held out)" in e.stdout
+
+
+def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url, tmp_path):
+    """Battles of both listed formats run in one process through one network; the final
+    evaluation and eval report each format's rows; a checkpoint is refused in a generation
+    it never saw, and a command that plays one format refuses the list."""
+    import json
+    run_dir = tmp_path / "run"
+    both = "gen1randombattle,gen4randombattle"
+    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
+                "--runner.battle_format", both, "--train.opponents", "self:0.5,random:0.5",
+                "--train.eval_battles", "4", "--train.eval_opponents", "random", "--train.replay_every", "0")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    lanes = next(line for line in p.stdout.splitlines() if "[train] lanes:" in line)
+    for lane in ("gen1randombattle:self", "gen1randombattle:random", "gen4randombattle:self", "gen4randombattle:random"):
+        assert lane in lanes, lanes
+    rows = json.loads((run_dir / "eval.json").read_text())["results"]
+    assert [(r["player"], r["battles"]) for r in rows] == [("agent [gen1randombattle]", 4), ("agent [gen4randombattle]", 4)]
+
+    ckpt = str(run_dir / "latest.pt")
+    e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,
+                "--concurrency", "4", "--runner.battle_format", "gen4randombattle")
+    assert e.returncode == 0 and "[eval] latest.pt vs random (in training): win rate" in e.stdout, e.stdout + e.stderr
+    e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,
+                "--runner.battle_format", "gen9randombattle")
+    assert e.returncode == 2 and e.stderr.strip().splitlines()[-1].startswith(
+        f"maple-async: error: checkpoint {ckpt} was trained on generation 1, 4 ({both}) and gen9randombattle "
+        f"is generation 9"), e.stderr
+    pl = run_cli("play", "--battles", "2", "--server", showdown_url, "--runner.battle_format", both)
+    assert pl.returncode == 2 and "this command plays one format; runner.battle_format lists 2" in pl.stderr, pl.stderr

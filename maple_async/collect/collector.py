@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import Config, parse_opponent_mix
+from ..config import Config, for_format, parse_opponent_mix
 from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
 from ..pokeenv.players import fast_kwargs
 from ..pokeenv.replays import ReplayWriter
-from ..teams import for_config
+from ..teams import for_formats
 from .agent import Agent, Trajectory
 from .match import Match, stop_players
 
@@ -60,7 +60,8 @@ class Collector:
                         if cfg.train.replay_every else None)
         self.mix = mix if mix is not None else parse_opponent_mix(cfg.train.opponents)
         self.opponents: dict = dict(opponents or {})
-        self.teams = for_config(cfg)  # validated once per process (the main one checks first)
+        # validated once per process (the main one checks first); one pool per listed format
+        self.formats = {f: (for_format(cfg, f), teams) for f, teams in for_formats(cfg).items()}
         self.league_policy: Optional[LeaguePolicy] = None
         if "league" in self.mix:
             seed = cfg.runner.seed
@@ -119,20 +120,24 @@ class Collector:
 
     # -- lanes ---------------------------------------------------------------------------
     def make_lanes(self, url: str) -> list[Lane]:
-        """One match per opponent kind, concurrency split by the mix's weights."""
+        """One match per format and opponent kind, concurrency split evenly between the
+        formats, then by the mix's weights."""
         cfg = self.cfg
         lanes = []
-        for i, (name, share) in enumerate(sorted(self.mix.items())):
-            c = max(1, round(cfg.runner.concurrency * share))
-            # Enough battles never to run dry; the learning loop stops the lanes when done.
-            n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
-            opponent = {"self": self.agent, "league": self.league_agent, **self.opponents}.get(name, name)
-            labels = (name, "learner" if name == "league" else "self")
-            match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{i}",
-                          battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
-                          battle_timeout_s=cfg.runner.battle_timeout_s, labels=labels,
-                          teams=self.teams, replays=self.replays)
-            lanes.append(Lane(name, match, n))
+        per_format = 1.0 / len(self.formats)
+        for fmt, (one, teams) in self.formats.items():
+            for name, share in sorted(self.mix.items()):
+                share *= per_format
+                c = max(1, round(cfg.runner.concurrency * share))
+                # Enough battles never to run dry; the learning loop stops the lanes when done.
+                n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
+                opponent = {"self": self.agent, "league": self.league_agent, **self.opponents}.get(name, name)
+                labels = (name, "learner" if name == "league" else "self")
+                match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{len(lanes)}",
+                              battle_format=fmt, battle_options=fast_kwargs(cfg.runner),
+                              battle_timeout_s=cfg.runner.battle_timeout_s, labels=labels,
+                              teams=teams, replays=self.replays)
+                lanes.append(Lane(name if len(self.formats) == 1 else f"{fmt}:{name}", match, n))
         return lanes
 
     def _start_lanes(self, url: str) -> tuple[list[Lane], list[asyncio.Task]]:
