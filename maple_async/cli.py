@@ -349,7 +349,9 @@ async def _eval(cfg, args) -> int:
                     res = await _evaluate(one, policy, server.url, o, args.battles, device,
                                           cfg.runner.concurrency, label=short.get(o, o), replays=replays)
                     label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
-                    table.results.append((short[c] if len(names) == 1 else f"{short[c]} [{fmt}]", res, label))
+                    tag = "" if len(names) == 1 else f" [{fmt}]"  # each format's players apart
+                    res.opponent += tag if o not in BASELINES else ""
+                    table.results.append((short[c] + tag, res, label))
                     if not quiet:
                         print(table.row(-1), flush=True)
     if args.json:
@@ -504,7 +506,8 @@ async def _curve(cfg, args, run_dir: Path, points: list) -> int:
         async with showdown_for(cfg.server, runner=cfg.runner) as server:
             for p, o in todo:
                 if p.update not in loaded:
-                    loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=args.greedy)}
+                    loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=args.greedy,
+                                                               battle_format=cfg.runner.battle_format)}
                 policy, ckpt_cfg = loaded[p.update]
                 res = await _evaluate(cfg, policy, server.url, o, args.battles, device, cfg.runner.concurrency)
                 label = training_label(o, ckpt_cfg.train)
@@ -574,7 +577,11 @@ def _outside_config(args) -> config_mod.Config:
     if args.server:
         cfg.server.url = args.server
     if args.format and args.format != cfg.runner.battle_format:
-        cfg.runner.battle_format, cfg.runner.teams = args.format, None
+        keep = cfg.runner.teams if cfg.runner.teams and "{format}" in cfg.runner.teams else None
+        cfg.runner.battle_format, cfg.runner.teams = args.format, keep
+    names = config_mod.formats(cfg.runner.battle_format)
+    if len(names) == 1:  # {format} in its pool's path stands for the one format played
+        cfg = config_mod.for_format(cfg, names[0])
     if args.teams:
         cfg.runner.teams = args.teams
     if cfg.runner.teams and not Path(cfg.runner.teams).exists() and not args.teams:

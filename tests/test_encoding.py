@@ -74,8 +74,11 @@ CASES = {
     "dynamax, one move disabled (gen 8)": battle(TEAM, ["tackle", "growl", "surf"], switches="bcdf",
                                                  can_dynamax=True),
 }
-GIMMICKS = {"disabled move + tera": 22, "recharge + tera flag": 22, "mega (gens 6-7)": 10,
-            "z-move for two moves (gen 7)": 14, "dynamax, one move disabled (gen 8)": 18}
+CASES["mega and tera (National Dex)"] = battle(TEAM, ["tackle", "ember"], switches="b", can_mega=True,
+                                              can_tera=True)
+GIMMICKS = {"disabled move + tera": (22,), "recharge + tera flag": (22,), "mega (gens 6-7)": (10,),
+            "z-move for two moves (gen 7)": (14,), "dynamax, one move disabled (gen 8)": (18,),
+            "mega and tera (National Dex)": (10, 22)}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -87,8 +90,8 @@ def test_mask_allows_exactly_the_legal_choices(name):
     legal = legal_orders(b)
     assert chosen <= legal, f"illegal choices allowed: {chosen - legal}"
     assert chosen == legal, f"legal choices missing: {legal - chosen}"
-    first = GIMMICKS.get(name)  # the one move block besides 6-9 the state allows
-    assert not any(mask[k:k + 4].any() for k in (10, 14, 18, 22) if k != first)
+    offered = GIMMICKS.get(name, ())  # the move blocks besides 6-9 the state allows
+    assert all(mask[k:k + 4].any() == (k in offered) for k in (10, 14, 18, 22))
 
 
 def test_switch_actions_follow_team_order():

@@ -29,15 +29,32 @@ def _runner(fmt, teams, sampling="uniform"):
     return SimpleNamespace(battle_format=fmt, teams=teams, team_sampling=sampling, seed=0)
 
 
-@pytest.mark.parametrize("preset,fmt,pool", [("config/bss.yaml", "gen9bssregi", "config/teams/bss"),
-                                             ("config/ou.yaml", "gen9ou", "config/teams/ou")])
-def test_shipped_pools_validate_and_presets_use_them(preset, fmt, pool):
-    cfg = C.load(preset)
-    assert (cfg.runner.battle_format, cfg.runner.teams) == (fmt, pool)
+POOLS = [("config/bss.yaml", "gen9bssregi", "config/teams/bss", 24),
+         ("config/ou.yaml", "gen9ou", "config/teams/ou", 24),
+         ("config/gen1ou.yaml", "gen1ou", "config/teams/gen1ou", 12),
+         ("config/oldgens.yaml", "gen2ou", "config/teams/gen2ou", 12),
+         ("config/oldgens.yaml", "gen3ou", "config/teams/gen3ou", 12),
+         ("config/oldgens.yaml", "gen4ou", "config/teams/gen4ou", 12)]
+
+
+def _species(team) -> frozenset:
+    return frozenset(mon.split("|")[1] or mon.split("|")[0] for mon in team.packed.split("]"))
+
+
+@pytest.mark.parametrize("preset,fmt,pool,at_least", POOLS, ids=[p[1] for p in POOLS])
+def test_shipped_pools_validate_and_presets_use_them(preset, fmt, pool, at_least):
+    """Every shipped pool and its held-out pool pass Showdown's validator; no held-out team
+    is a training team's six; the presets train on the pool and evaluate on the held-out one."""
+    cfg = C.for_format(C.load(preset), fmt)
+    assert (cfg.runner.battle_format if "," not in C.load(preset).runner.battle_format else fmt) == fmt
+    assert (cfg.runner.teams, cfg.train.eval_teams) == (pool, pool + "-heldout")
     assert "heuristics" not in cfg.train.opponents  # held out for evaluation
     teams = T.for_config(cfg)
-    assert len(teams.mine.teams) >= 6 and len({t.packed for t in teams.mine.teams}) == len(teams.mine.teams)
-    assert teams.format.team_preview and teams.format.picked == (3 if fmt == "gen9bssregi" else None)
+    assert len(teams.mine.teams) >= at_least and len({t.packed for t in teams.mine.teams}) == len(teams.mine.teams)
+    assert teams.format.picked == (3 if fmt == "gen9bssregi" else None)
+    held = T.for_config(C.for_format(C.load(preset, {"runner.teams": pool + "-heldout"}), fmt))
+    assert len(held.mine.teams) >= 3
+    assert not {_species(t) for t in held.mine.teams} & {_species(t) for t in teams.mine.teams}
 
 
 def test_format_rules_from_showdown():

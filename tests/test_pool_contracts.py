@@ -153,9 +153,11 @@ def _battles_of(pool, seed, n_sides=8):
     return sorted(done)[:n_sides]
 
 
-def test_reset_with_a_seed_repeats_the_battles_on_the_simulator_transport():
+@pytest.mark.parametrize("fmt,teams", [("gen9randombattle", None), ("gen9bssregi", "config/teams/bss")])
+def test_reset_with_a_seed_repeats_the_battles_on_the_simulator_transport(fmt, teams):
     # one battle in flight: the n-th battle of a seed is the same whatever the timing
-    with BattlePool(num_battles=1, **{"server.transport": "simulator", "server.simulators": 1}) as pool:
+    with BattlePool(fmt, num_battles=1, teams=teams,
+                    **{"server.transport": "simulator", "server.simulators": 1}) as pool:
         a = _battles_of(pool, 11, 4)
         b = _battles_of(pool, 11, 4)
         c = _battles_of(pool, 12, 4)

@@ -469,11 +469,12 @@ class _Engine:
         reseed = getattr(self.server, "reseed", None)
         if reseed is not None:
             reseed(seed)
-        teams = self.collector.teams
-        if teams.mine is not None:
-            mine = dataclasses.replace(teams.mine, seed=seed)
-            theirs = mine if teams.theirs is teams.mine else dataclasses.replace(teams.theirs, seed=seed + 7919)
-            self.collector.teams = dataclasses.replace(teams, mine=mine, theirs=theirs)
+        formats = self.collector.formats
+        for fmt, (cfg, teams) in formats.items():
+            if teams.mine is not None:
+                mine = dataclasses.replace(teams.mine, seed=seed)
+                theirs = mine if teams.theirs is teams.mine else dataclasses.replace(teams.theirs, seed=seed + 7919)
+                formats[fmt] = (cfg, dataclasses.replace(teams, mine=mine, theirs=theirs))
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop every battle, the loop's thread and the managed server (idempotent)."""

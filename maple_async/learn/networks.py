@@ -29,13 +29,15 @@ def _small(*layers: nn.Linear) -> None:
 
 class EntityHead(nn.Module):
     """Action logits scored per entity: switch *i* from own Pokémon block *i*, move *j*
-    (and move *j* + tera) from move block *j*, each against the core's context.
+    (and move *j* with mega, as a Z-move, with dynamax or tera) from move block *j*, each
+    against the core's context.
 
     ``logit = <embed(entity), W y> + w . embed(entity)``: one scorer shared by the six
     switch slots, one by the four move slots and one by the six team preview picks (the
     same Pokémon embedding as switches, its own context), so what is learned about a move
     (its damage estimate, effectiveness, a KO) holds in every slot. Added to the plain
-    linear head's logits; needs the :mod:`maple_async.obs.encoding` layout and actions.
+    linear head's logits; needs the :mod:`maple_async.obs.encoding` layout and
+    :mod:`maple_async.obs.actions` numbering.
     """
 
     def __init__(self, hidden_size: int, d: int = 64):
@@ -58,8 +60,8 @@ class EntityHead(nn.Module):
         switch = (pe * self.poke_ctx(y).unsqueeze(-2)).sum(-1) + self.poke_out(pe).squeeze(-1)
         move = (me * self.move_ctx(y).unsqueeze(-2)).sum(-1) + self.move_out(me).squeeze(-1)
         pick = (pe * self.pick_ctx(y).unsqueeze(-2)).sum(-1) + self.pick_out(pe).squeeze(-1)
-        other = switch.new_zeros(*lead, 12)  # actions 10-21: never legal in gen9
-        return torch.cat([switch, move, other, move, pick], dim=-1)
+        # move j scores the same with mega, as a Z-move, with dynamax and with tera (10-25)
+        return torch.cat([switch, move, move, move, move, move, pick], dim=-1)
 
 
 # copy a / b x (none, foe, ally, self) -> targets none, foe 1, foe 2, ally, self

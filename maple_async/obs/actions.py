@@ -109,11 +109,12 @@ def fill_mask(battle: Battle, mask: np.ndarray, mons: list, active, available_mo
             for j, move_id in enumerate(known_ids):
                 if move_id in available:
                     mask[MOVE + j] = True
+        # each gimmick on its own: National Dex formats offer mega and tera (or dynamax) together
         if battle.can_tera:
             mask[TERA:TERA + 4] = mask[MOVE:MOVE + 4]
-        elif battle.can_dynamax:
+        if battle.can_dynamax:
             mask[DYNAMAX:DYNAMAX + 4] = mask[MOVE:MOVE + 4]
-        elif battle.can_mega_evolve:
+        if battle.can_mega_evolve:
             mask[MEGA:MEGA + 4] = mask[MOVE:MOVE + 4]
         if battle.can_z_move:
             z = z_move_ids(battle)
@@ -191,8 +192,8 @@ def order_to_action(battle: Battle, order: BattleOrder, moves: Optional[list] = 
         choices = moves if moves is not None else move_choices(battle)
         for j, move in enumerate(choices[:4]):
             if move is target or _MOVE_ID(move) == _MOVE_ID(target):
-                for flag, first in (("terastallize", TERA), ("dynamax", DYNAMAX), ("z_move", ZMOVE),
-                                    ("mega", MEGA)):
+                for flag, first in (("mega", MEGA), ("z_move", ZMOVE), ("dynamax", DYNAMAX),
+                                    ("terastallize", TERA)):  # poke-env's message reads them in this order
                     if getattr(order, flag, False):
                         return first + j
                 return MOVE + j

@@ -529,11 +529,18 @@ def write_generation(battle, w) -> None:
     flags = FIELD + F_FLAGS
     gen = battle._gen
     w[flags + FLAG_GEN + gen - 1] = 1.0
-    if gen in (6, 7):
-        w[flags + FLAG_GIMMICKS] = 1.0 if battle._can_mega_evolve else 0.0
-        w[flags + FLAG_GIMMICKS + 1] = 1.0 if battle._can_z_move else 0.0
-    elif gen == 8:
-        w[flags + FLAG_GIMMICKS + 2] = 1.0 if battle._can_dynamax else 0.0
+    if gen < 6:
+        return
+    # whatever the generation from 6: National Dex formats offer mega, Z-moves or dynamax in
+    # gens 8-9 (a doubles battle keeps a flag per slot: any counts)
+    mega, z, dyna = battle._can_mega_evolve, battle._can_z_move, battle._can_dynamax
+    if mega is True or (mega and any(mega)):
+        w[flags + FLAG_GIMMICKS] = 1.0
+    if z is True or (z and any(z)):
+        w[flags + FLAG_GIMMICKS + 1] = 1.0
+    dyna = dyna is True or bool(dyna and any(dyna))
+    if gen == 8 or dyna or battle._dynamax_turn is not None:
+        w[flags + FLAG_GIMMICKS + 2] = 1.0 if dyna else 0.0
         w[flags + FLAG_GIMMICKS + 3] = 1.0 if battle._opponent_dynamax_turn is None else 0.0
         w[flags + FLAG_GIMMICKS + 4] = (battle.dynamax_turns_left or 0) / 3.0
         w[flags + FLAG_GIMMICKS + 5] = (battle.opponent_dynamax_turns_left or 0) / 3.0

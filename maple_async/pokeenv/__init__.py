@@ -25,7 +25,7 @@ private attribute                      used by
 ``Battle._teampreview_opponent_team``  obs.encoding (previewed opponents, pick formats)
 ``Battle._team_size``                  obs.encoding (Pokémon brought per side)
 ``Pokemon._terastallized_type`` (set)  obs.encoding.learn_tera_types (from the request)
-``Pokemon._selected_in_teampreview``   obs.encoding.preview_order (as poke-env asks)
+``Pokemon._selected_in_teampreview``   obs.actions.preview_order (as poke-env asks)
 ``Pokemon._active``                    fastbattle, obs.encoding
 ``Pokemon._add_move``, ``._moves``     fastbattle.FastPokemon
 ``MoveSet`` ``_base_moves``,           fastbattle.FastPokemon (Transform / Mimic check)
