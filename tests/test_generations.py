@@ -110,6 +110,12 @@ def test_a_baselines_invalid_choices_are_counted_and_not_printed(capsys):
     assert counter.filter(rec) is False and errors.invalid_choices == 1
     other = logging.LogRecord("p", logging.ERROR, "", 0, "boom", None, None)
     assert counter.filter(other) is True and errors.invalid_choices == 1
+    # the agent's players: an invalid choice is counted and shown, poke-env's warnings (one
+    # at every gen 1 Wrap: "Unmanaged move message format") are not
+    mine = players._ServerErrorCounter(errors, show_from=logging.ERROR)
+    assert mine.filter(rec) is True and errors.invalid_choices == 2
+    warn = logging.LogRecord("p", logging.WARNING, "", 0, "Unmanaged move message format received", None, None)
+    assert mine.filter(warn) is False and players._ServerErrorCounter(errors).filter(warn) is True
 
 
 def _teams(fmt):

@@ -29,16 +29,19 @@ SERVER_ERROR_LEVEL = 25  # poke-env logs Showdown's |error| lines at this level
 class _ServerErrorCounter(logging.Filter):
     """poke-env reports Showdown's ``|error|`` lines only through its logger (level 25).
 
-    Counts them by kind; the expected [Unavailable choice] lines are not printed.
+    Counts them by kind; the expected [Unavailable choice] lines are not printed, nor other
+    records below ``show_from`` (the player's own level before it was lowered to count: poke-env
+    warns at every gen 1 partial-trapping move).
     """
 
-    def __init__(self, stats: AgentStats):
+    def __init__(self, stats: AgentStats, show_from: int = logging.NOTSET):
         super().__init__()
         self.stats = stats
+        self.show_from = show_from
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != SERVER_ERROR_LEVEL or not str(record.msg).startswith("Error message"):
-            return True
+            return record.levelno >= self.show_from
         text = str(record.args[0]) if record.args else ""
         if "[Unavailable choice]" in text:
             self.stats.unavailable_choices += 1
@@ -88,9 +91,10 @@ class PolicyPlayer(FastBattles, Player):
         self.agent = agent
         self.opponent_name = opponent_name
         # Let |error| records reach the logger so they are counted (and shown).
-        if self.logger.getEffectiveLevel() > SERVER_ERROR_LEVEL:
+        level = self.logger.getEffectiveLevel()
+        if level > SERVER_ERROR_LEVEL:
             self.logger.setLevel(SERVER_ERROR_LEVEL)
-        self.logger.addFilter(_ServerErrorCounter(agent.stats))
+        self.logger.addFilter(_ServerErrorCounter(agent.stats, show_from=level))
         self.results = {"won": 0, "lost": 0, "tied": 0}  # survives forgetting battles
         self.replays = None  # a ReplayWriter: finished battles kept as replays
         self.on_finished = None  # called with each finished battle (serve and ladder report them)
