@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import Config, for_format, parse_opponent_mix
+from ..config import Config, parse_opponent_mix
 from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
@@ -60,8 +60,8 @@ class Collector:
                         if cfg.train.replay_every else None)
         self.mix = mix if mix is not None else parse_opponent_mix(cfg.train.opponents)
         self.opponents: dict = dict(opponents or {})
-        # validated once per process (the main one checks first); one pool per listed format
-        self.formats = {f: (for_format(cfg, f), teams) for f, teams in for_formats(cfg).items()}
+        # validated once per process (the main one checks first): each listed format's teams
+        self.formats = for_formats(cfg)
         self.league_policy: Optional[LeaguePolicy] = None
         if "league" in self.mix:
             seed = cfg.runner.seed
@@ -125,7 +125,7 @@ class Collector:
         cfg = self.cfg
         lanes = []
         per_format = 1.0 / len(self.formats)
-        for fmt, (one, teams) in self.formats.items():
+        for fmt, teams in self.formats.items():
             for name, share in sorted(self.mix.items()):
                 share *= per_format
                 c = max(1, round(cfg.runner.concurrency * share))

@@ -470,11 +470,11 @@ class _Engine:
         if reseed is not None:
             reseed(seed)
         formats = self.collector.formats
-        for fmt, (cfg, teams) in formats.items():
+        for fmt, teams in formats.items():
             if teams.mine is not None:
                 mine = dataclasses.replace(teams.mine, seed=seed)
                 theirs = mine if teams.theirs is teams.mine else dataclasses.replace(teams.theirs, seed=seed + 7919)
-                formats[fmt] = (cfg, dataclasses.replace(teams, mine=mine, theirs=theirs))
+                formats[fmt] = dataclasses.replace(teams, mine=mine, theirs=theirs)
 
     def shutdown(self, timeout: float = 60.0) -> None:
         """Stop every battle, the loop's thread and the managed server (idempotent)."""
