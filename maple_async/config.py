@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -318,12 +317,6 @@ def validate(cfg: Config) -> Config:
 _NEITHER = ("triples", "multi", "freeforall")
 
 
-def format_gen(fmt: str) -> Optional[int]:
-    """The generation a format's name starts with (``gen4randombattle``: 4), None without one."""
-    m = re.match(r"gen([1-9])", fmt)
-    return int(m.group(1)) if m else None
-
-
 def formats(battle_format: str) -> list[str]:
     """The formats of ``runner.battle_format`` (one, or a comma list)."""
     return [f.strip() for f in battle_format.split(",") if f.strip()]
@@ -360,7 +353,7 @@ def check_battle_format(spec: str) -> None:
 
 
 def _check_one_format(fmt: str) -> None:
-    from .obs.games import is_doubles_format
+    from .obs.games import format_gen, is_doubles_format
     gen = format_gen(fmt)
     if gen is None:
         raise ConfigError(f"config key 'runner.battle_format' must name its generation "

@@ -8,6 +8,7 @@ battle (:func:`maple_async.teams.prepare`). A checkpoint records its layout, and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -36,6 +37,12 @@ def is_doubles_format(battle_format: str) -> bool:
     return "vgc" in f or "double" in f or "metronome" in f
 
 
+def format_gen(fmt: str) -> int | None:
+    """The generation a format's name starts with (``gen4randombattle``: 4), None without one."""
+    m = re.match(r"gen([1-9])", fmt)
+    return int(m.group(1)) if m else None
+
+
 def of_format(battle_format: str) -> Game:
     return DOUBLES if is_doubles_format(battle_format) else SINGLES
 
@@ -46,7 +53,6 @@ def of_layout(layout) -> Game | None:
 
 def generations(formats: str) -> list[int]:
     """The generations a comma list of formats names, in order, without repeats."""
-    from ..config import format_gen
     gens = (format_gen(f.strip()) for f in formats.split(",") if f.strip())
     return list(dict.fromkeys(g for g in gens if g is not None))
 
