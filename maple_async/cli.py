@@ -515,7 +515,8 @@ async def _curve(cfg, args, run_dir: Path, points: list) -> int:
                 curve.append_row(out, rows[-1])
                 if tb is not None:
                     tb.scalars(p.update, {f"curve/{o}": res.win_rate})
-                print(f"[curve] update {p.update} ({p.minutes:.1f} min, {p.sides} sides) vs {o} ({label}): "
+                print(f"[curve] update {p.update} ({p.minutes:.1f} min, {p.sides} sides, "
+                      f"{p.decisions / 1e6:.2f}M decisions) vs {o} ({label}): "
                       f"{res.summary()}", flush=True)
     finally:
         if tb is not None:
@@ -543,8 +544,8 @@ def cmd_curve(args) -> int:
     for o in _list(args.opponents):
         if o not in BASELINES:
             raise UserError(f"--opponents must list {', '.join(BASELINES)}; got {o!r}")
-    if args.minutes and args.sides:
-        raise UserError("give --minutes or --sides, not both")
+    if sum(bool(a) for a in (args.minutes, args.sides, args.decisions)) > 1:
+        raise UserError("give one of --minutes, --sides and --decisions")
     try:
         minutes = [float(m) for m in _list(args.minutes)] if args.minutes else None
     except ValueError:
@@ -553,14 +554,19 @@ def cmd_curve(args) -> int:
         sides = [int(s) for s in _list(args.sides)] if args.sides else None
     except ValueError:
         raise UserError(f"--sides takes a comma list of whole numbers, e.g. 10000,30000; got {args.sides!r}") from None
-    points = curve.select(curve.saved_points(run_dir), minutes, args.points, sides)
+    try:
+        decisions = [int(float(d)) for d in _list(args.decisions)] if args.decisions else None
+    except ValueError:
+        raise UserError(f"--decisions takes a comma list of numbers, e.g. 1e6,2e6,6e6; "
+                        f"got {args.decisions!r}") from None
+    points = curve.select(curve.saved_points(run_dir), minutes, args.points, sides, decisions)
     check_teams(cfg)
     return run_async(_curve(cfg, args, run_dir, points))
 
 
 def cmd_report(args) -> int:
     from .tools.report import write
-    print(f"[report] written: {write(args.run_dir, args.out)}")
+    print(f"[report] written: {write(args.run_dir, args.out, args.by_decisions)}")
     return 0
 
 
@@ -779,7 +785,7 @@ def build_parser() -> argparse.ArgumentParser:
     ld.set_defaults(func=cmd_ladder)
 
     cu = sub.add_parser("curve", help="evaluate a run's saved checkpoints against baselines: win rate by "
-                                      "training minutes and battle sides (RUN_DIR/curve.csv)")
+                                      "training minutes, battle sides and decisions (RUN_DIR/curve.csv)")
     cu.add_argument("run_dir", help="a training run folder (train.run_dir)")
     cu.add_argument("--opponents", default="heuristics",
                     help="comma list of random | max_power | heuristics (each labelled held out / in "
@@ -791,6 +797,9 @@ def build_parser() -> argparse.ArgumentParser:
     cu.add_argument("--sides", default=None,
                     help="instead: the checkpoints nearest these battle-side counts, e.g. 10000,30000 "
                          "(runs compared at equal battles: this machine's speed moves from day to day)")
+    cu.add_argument("--decisions", default=None,
+                    help="instead: the checkpoints nearest these counts of decisions trained on (steps, as "
+                         "published curves count them), e.g. 1e6,2e6,4e6,6e6,1e7")
     cu.add_argument("--battles", type=int, default=300, help="battles per checkpoint and opponent")
     cu.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as in training)")
     _add_config_flags(cu, skip=("--opponent",))
@@ -799,6 +808,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="draw a run's learning curves and evaluation table (PNG or HTML)")
     rp.add_argument("run_dir", help="a training run folder (train.run_dir)")
     rp.add_argument("--out", default=None, help="report.png (default: RUN_DIR/report.png) or report.html")
+    rp.add_argument("--by-decisions", action="store_true",
+                    help="only the curve by decisions trained on (maple-async curve --decisions), beside "
+                         "the published curve of the same format and opponent where there is one")
     rp.set_defaults(func=cmd_report)
 
     return p

@@ -131,7 +131,7 @@ class PPOConfig:
                     choices=("ppo", "reinforce"))
     lr: float = key(3e-4, "Adam learning rate", gt=0)
     lr_schedule: str = key("constant", "constant, or linear decay to 5% over the run's budget "
-                                       "(total_battles or max_minutes, whichever ends first)",
+                                       "(total_battles, total_decisions or max_minutes, whichever ends first)",
                            choices=("constant", "linear"))
     gamma: float = key(0.99, "discount per decision", ge=0, le=1)
     gae_lambda: float = key(0.95, "GAE lambda", ge=0, le=1)
@@ -150,6 +150,8 @@ class TrainConfig:
     battles_per_update: int = key(64, "finished battle sides (trajectories) per update", gt=0)
     total_battles: int = key(2000, "battle sides (trajectories) to train on, then stop", gt=0)
     max_minutes: float = key(0.0, "stop after this many minutes (0: no time limit)", ge=0)
+    total_decisions: int = key(0, "stop after training on this many decisions (steps, as published "
+                                  "curves count them; 0: no decision limit)", ge=0)
     opponents: str = key("self:1.0", 'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" '
                                      "(kinds: self, league, random, max_power, heuristics)")
     opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "

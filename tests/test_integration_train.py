@@ -71,9 +71,10 @@ def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
     assert "24 battle sides" in p.stdout  # both sides of 12 battles recorded
     t = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
                 "--train.run_dir", str(tmp_path / "ppo"), "--train.init", str(tmp_path / "bc" / "pretrained.pt"),
-                "--train.total_battles", "16")
+                "--train.total_battles", "100000", "--train.total_decisions", "150")
     assert t.returncode == 0, t.stdout[-3000:] + t.stderr[-3000:]
     assert "initial weights from" in t.stdout and "(cloned from max_power)" in t.stdout
+    assert "reached 150 decisions" in t.stdout  # a decision budget ends the run
     e = run_cli("eval", "--checkpoint", str(tmp_path / "bc" / "pretrained.pt"), "--opponents", "max_power,random",
                 "--battles", "4", "--server", showdown_url, "--concurrency", "4")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]

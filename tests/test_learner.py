@@ -200,6 +200,12 @@ def test_linear_lr_follows_the_budget_that_ends_first(tmp_path):
     assert loop.progress(60) == pytest.approx(0.95)
     cfg.train.max_minutes = 0.0  # no time limit: battles only
     assert loop.progress(10 ** 6) == pytest.approx(0.95)
+    # A decision budget (published curves count steps) anneals over decisions when it ends first.
+    cfg.train.total_decisions = 1_000_000
+    loop.counters["battles"], loop.counters["decisions"] = 1_000, 400_000
+    assert loop.progress(60) == pytest.approx(0.4)
+    cfg.train.total_decisions = 0
+    assert loop.progress(60) == pytest.approx(0.1)
 
 
 def test_seeded_updates_are_reproducible():

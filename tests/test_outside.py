@@ -124,12 +124,12 @@ def _fake_run(run_dir, n=60, with_eval=True):
     rng = np.random.default_rng(0)
     with open(run_dir / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
-        keys = ["update", "battles", "time_s", "battles_per_s", "decisions_per_s", "mean_batch_size",
+        keys = ["update", "battles", "decisions", "time_s", "battles_per_s", "decisions_per_s", "mean_batch_size",
                 "policy_lag", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "explained_variance",
                 "lr", "win_rate/random", "games/random", "reward/win", "reward/hp"]
         w.writerow(keys)
         for u in range(1, n + 1):
-            w.writerow([u, 64 * u, 10 * u, 6, 600, 12, 1.1, -0.01, 0.1, 1.5 - u / n, 0.01, 0.1, u / n,
+            w.writerow([u, 64 * u, 1920 * u, 10 * u, 6, 600, 12, 1.1, -0.01, 0.1, 1.5 - u / n, 0.01, 0.1, u / n,
                         5e-4, min(1, 0.5 + u / n / 2 + rng.normal(0, 0.05)), 32, 0.2, 0.05])
     (run_dir / "config.yaml").write_text("runner:\n  battle_format: gen9randombattle\n  seed: 1\n")
     if with_eval:
@@ -189,25 +189,31 @@ def test_curve_points_take_times_from_metrics_and_prefer_weights_files(tmp_path)
     _saved(tmp_path / "run", ["ckpt_000058.pt", "ckpt_000060.pt", "weights_000006.pt", "weights_000036.pt",
                               "weights_000060.pt", "notes.txt"])
     pts = curve.saved_points(tmp_path / "run")
-    assert [(p.update, p.path.name, p.sides, p.seconds) for p in pts] == [
-        (6, "weights_000006.pt", 384, 60.0), (36, "weights_000036.pt", 2304, 360.0),
-        (58, "ckpt_000058.pt", 3712, 580.0), (60, "weights_000060.pt", 3840, 600.0)]
+    assert [(p.update, p.path.name, p.sides, p.seconds, p.decisions) for p in pts] == [
+        (6, "weights_000006.pt", 384, 60.0, 11520), (36, "weights_000036.pt", 2304, 360.0, 69120),
+        (58, "ckpt_000058.pt", 3712, 580.0, 111360), (60, "weights_000060.pt", 3840, 600.0, 115200)]
     # evenly over 600 s: 300 -> 36 (360), 600 -> 60; the last always in
     assert [p.update for p in curve.select(pts, n_points=2)] == [36, 60]
     assert [p.update for p in curve.select(pts, minutes=[1.0, 9.0])] == [6, 58]
     # at equal battle counts: 400 -> 6 (384), 2000 -> 36 (2304), 3800 -> 60 (3840), no last added
     assert [p.update for p in curve.select(pts, sides=[2000, 400])] == [6, 36]
     assert [p.update for p in curve.select(pts, sides=[3800])] == [60]
+    # at equal decisions (steps): 1e4 -> 6, 7e4 -> 36, 1e5 -> 58 (111,360), no last added
+    assert [p.update for p in curve.select(pts, decisions=[100_000, 10_000, 70_000])] == [6, 36, 58]
     with pytest.raises(UserError, match="no checkpoints/"):
         curve.saved_points(tmp_path)
 
 
-def test_curve_takes_minutes_or_sides_not_both(tmp_path, capsys):
+def test_curve_takes_one_axis_and_numbers(tmp_path, capsys):
     from maple_async import cli
     _fake_run(tmp_path / "run", n=6)
     _saved(tmp_path / "run", ["weights_000006.pt"])
     assert cli.main(["curve", str(tmp_path / "run"), "--minutes", "1", "--sides", "300"]) == 2
-    assert "--minutes or --sides, not both" in capsys.readouterr().err
+    assert "give one of --minutes, --sides and --decisions" in capsys.readouterr().err
+    assert cli.main(["curve", str(tmp_path / "run"), "--decisions", "1e6", "--sides", "300"]) == 2
+    assert "give one of --minutes, --sides and --decisions" in capsys.readouterr().err
+    assert cli.main(["curve", str(tmp_path / "run"), "--decisions", "1M"]) == 2
+    assert "--decisions takes a comma list of numbers" in capsys.readouterr().err
     assert cli.main(["curve", str(tmp_path / "run"), "--sides", "1e4"]) == 2
     assert "--sides takes a comma list of whole numbers" in capsys.readouterr().err
 
@@ -216,7 +222,7 @@ def test_curve_rows_are_kept_and_not_played_again(tmp_path):
     from maple_async.tools import curve
     from maple_async.tools.evaluate import EvalResult
     out = tmp_path / "curve.csv"
-    p = curve.Point(36, tmp_path / "weights_000036.pt", 2304, 360.0)
+    p = curve.Point(36, tmp_path / "weights_000036.pt", 2304, 360.0, 1_234_567)
     curve.append_row(out, curve.row_of(p, EvalResult("heuristics", 300, 180, 120, 0, 30.0), "held out"))
     curve.append_row(out, curve.row_of(p, EvalResult("random", 100, 99, 1, 0, 9.0), "in training"))
     rows = curve.read_rows(out)
@@ -224,8 +230,24 @@ def test_curve_rows_are_kept_and_not_played_again(tmp_path):
     assert curve.done(rows, 36, "heuristics", 300) and not curve.done(rows, 36, "heuristics", 500)
     assert not curve.done(rows, 37, "heuristics", 300) and not curve.done(rows, 36, "max_power", 10)
     lines = curve.table(rows)
-    assert "heuristics (held out)" in lines[0] and lines[1].split()[:3] == ["36", "6.0", "2304"]
+    assert "heuristics (held out)" in lines[0] and lines[1].split()[:4] == ["36", "6.0", "2304", "1.23M"]
     assert "0.600 (0.544-0.654) n=300" in lines[1]
+
+
+def test_an_older_curve_csv_gains_the_decisions_column(tmp_path):
+    """A curve.csv written before the decisions axis keeps its rows: the next point rewrites it
+    with today's columns, the old rows' decisions left blank."""
+    from maple_async.tools import curve
+    from maple_async.tools.evaluate import EvalResult
+    out = tmp_path / "curve.csv"
+    old = [f for f in curve.FIELDS if f != "decisions"]
+    out.write_text(",".join(old) + "\n" + "20,1280,3.33,heuristics,held out,300,150,150,0,0.5,0.44,0.56,w.pt\n")
+    p = curve.Point(40, tmp_path / "weights_000040.pt", 2560, 400.0, 76800)
+    curve.append_row(out, curve.row_of(p, EvalResult("heuristics", 300, 180, 120, 0, 30.0), "held out"))
+    rows = curve.read_rows(out)
+    assert list(rows[0]) == curve.FIELDS and [r["decisions"] for r in rows] == ["", "76800"]
+    assert [r["battle_sides"] for r in rows] == ["1280", "2560"] and rows[0]["win_rate"] == "0.5"
+    assert curve.table(rows)[1].split()[:4] == ["20", "3.3", "1280", "-"]
 
 
 def test_report_draws_the_curve_points(tmp_path):
@@ -242,3 +264,31 @@ def test_report_draws_the_curve_points(tmp_path):
     assert any(list(line.get_xdata()) == [1280.0, 2560.0, 3840.0] for line in ax.lines)
     text = report.write(tmp_path / "run", str(tmp_path / "r.html")).read_text()
     assert "maple-async curve" in text and "0.633 (" in text
+
+
+def test_report_draws_the_curve_by_decisions_beside_the_published_points(tmp_path):
+    """curve --decisions points get a row by decisions (log axis); in gen4randombattle against
+    heuristics Wang 2024's quoted points stand beside them, labelled as quoted."""
+    from maple_async.tools import curve
+    from maple_async.tools.evaluate import EvalResult
+    _fake_run(tmp_path / "run")
+    (tmp_path / "run" / "config.yaml").write_text("runner:\n  battle_format: gen4randombattle\n  seed: 1\n")
+    with pytest.raises(UserError, match="no points with decisions"):
+        report.write(tmp_path / "run", str(tmp_path / "d.png"), decisions_only=True)
+    for u, wins in [(20, 150), (60, 190)]:
+        curve.append_row(tmp_path / "run" / "curve.csv", curve.row_of(
+            curve.Point(u, tmp_path / f"weights_{u:06d}.pt", 64 * u, 10.0 * u, 50_000 * u),
+            EvalResult("heuristics", 300, wins, 300 - wins, 0, 30.0), "held out"))
+    fig = report.draw(tmp_path / "run")[0]
+    ax = next(a for a in fig.axes if a.get_xlabel() == "decisions (steps) trained on")
+    assert ax.get_xscale() == "log"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == ["Wang 2024 (quoted) vs heuristics", "this run vs heuristics (held out, 95% CI)"]
+    xs = [list(line.get_xdata()) for line in ax.lines]
+    assert [1e6, 3e6] in xs and [6e6, 40e6, 150e6] in xs
+    out = report.write(tmp_path / "run", str(tmp_path / "d.png"), decisions_only=True)
+    assert out.stat().st_size > 20_000
+    # another format has no published curve: only the run's own points
+    (tmp_path / "run" / "config.yaml").write_text("runner:\n  battle_format: gen9randombattle\n")
+    ax = next(a for a in report.draw(tmp_path / "run")[0].axes if a.get_xlabel().startswith("decisions"))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["this run vs heuristics (held out, 95% CI)"]

@@ -189,6 +189,8 @@ class LearningLoop:
                     self.save_checkpoint()
                 if self.counters["battles"] >= cfg.train.total_battles:
                     self.request_stop(f"reached {cfg.train.total_battles} battle sides")
+                elif cfg.train.total_decisions and self.counters["decisions"] >= cfg.train.total_decisions:
+                    self.request_stop(f"reached {cfg.train.total_decisions} decisions")
                 elif cfg.train.max_minutes and (time.perf_counter() - t_start) / 60 >= cfg.train.max_minutes:
                     self.request_stop(f"reached {cfg.train.max_minutes} minutes")
         finally:
@@ -223,11 +225,13 @@ class LearningLoop:
                 pass  # not the main thread (e.g. a Ray actor's loop): the owner handles signals
 
     def progress(self, seconds: float) -> float:
-        """How much of the run's budget is spent: battle sides or minutes, whichever ends first."""
+        """How much of the run's budget is spent: battle sides, decisions or minutes, whichever
+        ends first."""
         t = self.cfg.train
         by_battles = self.counters["battles"] / t.total_battles
+        by_decisions = self.counters["decisions"] / t.total_decisions if t.total_decisions else 0.0
         by_time = seconds / (60.0 * t.max_minutes) if t.max_minutes else 0.0
-        return min(max(by_battles, by_time), 1.0)
+        return min(max(by_battles, by_decisions, by_time), 1.0)
 
     async def _update(self, batch, last: dict, t_start: float, seconds_before: float,
                       lr_scale: float = 1.0) -> dict:
@@ -273,6 +277,7 @@ class LearningLoop:
         wins = " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in row.items() if k.startswith("win_rate/"))
         self._print(
             f"[train] upd {row['update']:4d} | sides {row['battles']}/{self.cfg.train.total_battles} | "
+            f"dec {row['decisions'] / 1e6:.2f}M | "
             f"{row['battles_per_s']:.2f} sides/s {row['decisions_per_s']:.0f} dec/s batch {mean_batch:.1f} | "
             f"win {wins} | pg {m['pg_loss']:+.3f} v {m['v_loss']:.3f} ent {m['entropy']:.2f} "
             f"kl {m['approx_kl']:.4f} clip {m['clipfrac']:.2f} | lag {row['policy_lag']:.2f} "

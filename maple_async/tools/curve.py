@@ -1,10 +1,10 @@
 """``maple-async curve RUN_DIR``: a run's saved checkpoints evaluated against baselines, as a
-learning curve by training minutes and battle sides (``RUN_DIR/curve.csv``, TensorBoard
+learning curve by training minutes, battle sides and decisions (``RUN_DIR/curve.csv``, TensorBoard
 ``curve/<opponent>``, drawn by ``maple-async report``).
 
 The training metrics only show opponents in the mix; this is how a held-out opponent's
-win rate is followed through a run, and how two runs are compared at equal wall time or
-at equal battle counts. Points already in ``curve.csv`` are not played again."""
+win rate is followed through a run, and how two runs are compared at equal wall time, at
+equal battle counts or at equal decisions (steps, as published curves count them). Points already in ``curve.csv`` are not played again."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Optional
 from ..errors import UserError
 from ..learn import checkpoint as ckpt
 
-FIELDS = ["update", "battle_sides", "minutes", "opponent", "label", "battles", "wins", "losses", "ties",
+FIELDS = ["update", "battle_sides", "decisions", "minutes", "opponent", "label", "battles", "wins", "losses", "ties",
           "win_rate", "ci_low", "ci_high", "checkpoint"]
 _NAME = re.compile(r"^(ckpt|weights)_(\d+)\.pt$")
 
@@ -29,21 +29,23 @@ class Point:
     path: Path
     sides: int
     seconds: float
+    decisions: int = 0
 
     @property
     def minutes(self) -> float:
         return self.seconds / 60.0
 
 
-def _metrics_times(run_dir: Path) -> dict[int, tuple[int, float]]:
-    """update -> (battle sides, training seconds) from ``metrics.csv``."""
-    out: dict[int, tuple[int, float]] = {}
+def _metrics_times(run_dir: Path) -> dict[int, tuple[int, float, int]]:
+    """update -> (battle sides, training seconds, decisions) from ``metrics.csv``."""
+    out: dict[int, tuple[int, float, int]] = {}
     path = run_dir / "metrics.csv"
     if path.exists():
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
                 try:
-                    out[int(row["update"])] = (int(float(row["battles"])), float(row["time_s"]))
+                    out[int(row["update"])] = (int(float(row["battles"])), float(row["time_s"]),
+                                               int(float(row.get("decisions") or 0)))
                 except (KeyError, TypeError, ValueError):
                     continue
     return out
@@ -51,7 +53,7 @@ def _metrics_times(run_dir: Path) -> dict[int, tuple[int, float]]:
 
 def saved_points(run_dir: Path) -> list[Point]:
     """Every saved checkpoint of the run (weights-only snapshots preferred: smaller to read),
-    by update, with its battle sides and training time."""
+    by update, with its battle sides, training time and decisions trained on."""
     folder = run_dir / "checkpoints"
     if not folder.is_dir():
         raise UserError(f"{run_dir} has no checkpoints/ folder: give a training run folder (train.run_dir)")
@@ -64,29 +66,33 @@ def saved_points(run_dir: Path) -> list[Point]:
     points = []
     for upd, path in sorted(files.items()):
         if upd in times:
-            sides, seconds = times[upd]
+            sides, seconds, decisions = times[upd]
         else:
             counters = ckpt.load(path)["counters"]
             sides, seconds = int(counters["battles"]), float(counters["seconds"])
-        points.append(Point(upd, path, sides, seconds))
+            decisions = int(counters.get("decisions", 0))
+        points.append(Point(upd, path, sides, seconds, decisions))
     if not points:
         raise UserError(f"{folder} holds no checkpoints (ckpt_*.pt or weights_*.pt)")
     return points
 
 
 def select(points: list[Point], minutes: Optional[list[float]] = None, n_points: int = 6,
-           sides: Optional[list[int]] = None) -> list[Point]:
+           sides: Optional[list[int]] = None, decisions: Optional[list[int]] = None) -> list[Point]:
     """The checkpoints nearest to each of ``minutes`` of training, or to each of ``sides``
-    battle sides (two runs compared at equal battle counts), or to ``n_points`` times spread
-    evenly over the run (the last always included); in update order, no repeats."""
-    if sides:
+    battle sides (two runs compared at equal battle counts), or to each of ``decisions``
+    trained on, or to ``n_points`` times spread evenly over the run (the last always
+    included); in update order, no repeats."""
+    if decisions:
+        at, targets = attrgetter("decisions"), decisions
+    elif sides:
         at, targets = attrgetter("sides"), sides
     else:
         end = points[-1].seconds
         at = attrgetter("seconds")
         targets = [m * 60.0 for m in minutes] if minutes else [end * (k + 1) / n_points for k in range(n_points)]
     chosen = {min(points, key=lambda p: (abs(at(p) - t), -p.update)).update for t in targets}
-    if not minutes and not sides:
+    if not minutes and not sides and not decisions:
         chosen.add(points[-1].update)
     return [p for p in points if p.update in chosen]
 
@@ -99,6 +105,12 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def append_row(path: Path, row: dict) -> None:
+    old = read_rows(path)
+    if old and list(old[0]) != FIELDS:  # an older curve.csv: rewritten with today's columns
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=FIELDS, restval="", extrasaction="ignore")
+            w.writeheader()
+            w.writerows(old)
     new = not path.exists()
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
@@ -115,7 +127,8 @@ def done(rows: list[dict], update: int, opponent: str, battles: int) -> bool:
 
 def row_of(point: Point, res, label: str) -> dict:
     lo, hi = res.ci95
-    return {"update": point.update, "battle_sides": point.sides, "minutes": round(point.minutes, 2),
+    return {"update": point.update, "battle_sides": point.sides, "decisions": point.decisions,
+            "minutes": round(point.minutes, 2),
             "opponent": res.opponent, "label": label, "battles": res.battles, "wins": res.wins,
             "losses": res.losses, "ties": res.ties, "win_rate": round(res.win_rate, 4),
             "ci_low": round(lo, 4), "ci_high": round(hi, 4), "checkpoint": point.path.name}
@@ -127,7 +140,7 @@ def table(rows: list[dict]) -> list[str]:
     labels = {r["opponent"]: r["label"] for r in rows}
     by = {(int(r["update"]), r["opponent"]): r for r in rows}
     ups = sorted({int(r["update"]) for r in rows})
-    head = f"{'update':>7} {'minutes':>8} {'sides':>8}  " + "  ".join(
+    head = f"{'update':>7} {'minutes':>8} {'sides':>8} {'decisions':>10}  " + "  ".join(
         f"{o + ' (' + labels[o] + ')':<28}" for o in opps)
     out = [head]
     for u in ups:
@@ -137,6 +150,8 @@ def table(rows: list[dict]) -> list[str]:
             r = by.get((u, o))
             cells.append(f"{float(r['win_rate']):.3f} ({float(r['ci_low']):.3f}-{float(r['ci_high']):.3f}) "
                          f"n={r['battles']}" if r else "-")
-        out.append(f"{u:>7} {float(first['minutes']):>8.1f} {int(first['battle_sides']):>8}  "
+        dec = first.get("decisions") or ""
+        dec = f"{int(dec) / 1e6:.2f}M" if dec else "-"
+        out.append(f"{u:>7} {float(first['minutes']):>8.1f} {int(first['battle_sides']):>8} {dec:>10}  "
                    + "  ".join(f"{c:<28}" for c in cells))
     return out

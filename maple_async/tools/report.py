@@ -20,6 +20,12 @@ from ..learn.metrics import wilson_interval
 
 MIN_GAMES_PER_POINT = 100  # win-rate points pool updates until their interval is readable
 
+# Published learning curves, drawn beside a run's curve points of the same format and
+# opponent. Quoted by third parties from Wang 2024 (MIT thesis, PPO self-play, gen 4 random
+# battles, poke-env's SimpleHeuristicsPlayer never trained against); not re-measured here.
+PUBLISHED = {("gen4randombattle", "heuristics"): (
+    "Wang 2024 (quoted)", [(6e6, 0.575), (40e6, 0.80), (150e6, 0.786)])}
+
 
 def read_metrics(run_dir: Path) -> dict[str, np.ndarray]:
     """``metrics.csv`` as columns of floats (NaN where a row has no value)."""
@@ -90,12 +96,47 @@ def _read_json(path: Path) -> Optional[dict]:
         return None
 
 
-def _title(run_dir: Path, m: dict, cfg_text: str) -> str:
+def _config(cfg_text: str) -> dict:
     import yaml
     try:
-        cfg = yaml.safe_load(cfg_text) or {}
+        return yaml.safe_load(cfg_text) or {}
     except yaml.YAMLError:
-        cfg = {}
+        return {}
+
+
+def by_decisions(ax, curve: list[dict], battle_format: str, title: str = "") -> bool:
+    """The curve points that know their decisions (steps) on ``ax``, log x, with the published
+    points of the same format and opponent marked as quoted; whether anything was drawn."""
+    drawn = False
+    for opp in dict.fromkeys(r["opponent"] for r in curve):
+        pts = sorted((int(r["decisions"]), float(r["win_rate"]), float(r["ci_low"]), float(r["ci_high"]),
+                      r["label"]) for r in curve if r["opponent"] == opp and r.get("decisions"))
+        if not pts:
+            continue
+        x, y, lo, hi, labels = zip(*pts)
+        line = ax.errorbar(x, y, yerr=[np.subtract(y, lo), np.subtract(hi, y)], fmt="o-", capsize=3, ms=5,
+                           label=f"this run vs {opp} ({labels[-1]}, 95% CI)")
+        for xi, yi in zip(x, y):
+            ax.annotate(f"{yi:.3f}", (xi, yi), textcoords="offset points", xytext=(4, -12), fontsize=8)
+        published = PUBLISHED.get((battle_format, opp))
+        if published:
+            name, ppts = published
+            px, py = zip(*ppts)
+            ax.plot(px, py, "x:", ms=9, mew=2, color=line[0].get_color(), alpha=0.6,
+                    label=f"{name} vs {opp}")
+        drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.set(title=title or f"{battle_format}: win rate by decisions trained on (maple-async curve)",
+               xlabel="decisions (steps) trained on", ylabel="win rate", ylim=(0, 1))
+        ax.axhline(0.5, color="grey", lw=0.5)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=9, loc="lower right")
+    return drawn
+
+
+def _title(run_dir: Path, m: dict, cfg_text: str) -> str:
+    cfg = _config(cfg_text)
     runner, net, train = cfg.get("runner", {}), cfg.get("network", {}), cfg.get("train", {})
     minutes = float(np.nanmax(m["time_s"])) / 60 if "time_s" in m else math.nan
     return (f"{run_dir.name}: {runner.get('battle_format', '?')}, {net.get('kind', '?')} "
@@ -115,7 +156,14 @@ def draw(run_dir: Path):
     cfg_text = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
     ev = _read_json(run_dir / "eval.json")
     x = m.get("battles", np.arange(len(next(iter(m.values())))))
-    fig, axes = plt.subplots(3, 3, figsize=(17, 12.5))
+    curve = _read_curve(run_dir)
+    steps = any(r.get("decisions") for r in curve)  # a fourth row: the curve by decisions
+    fig, axes = plt.subplots(4 if steps else 3, 3, figsize=(17, 17 if steps else 12.5))
+    if steps:
+        for a in axes[3]:
+            a.remove()
+        fmt = _config(cfg_text).get("runner", {}).get("battle_format", "")
+        by_decisions(fig.add_subplot(4, 1, 4), curve, fmt)
     fig.suptitle(_title(run_dir, m, cfg_text), fontsize=12)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
@@ -137,7 +185,6 @@ def draw(run_dir: Path):
                         fmt="D", color="black" if r["label"] == "held out" else colors[(opps.index(r["opponent"])
                         if r["opponent"] in opps else j) % len(colors)], capsize=3, ms=5,
                         label=f"eval vs {r['opponent']} ({r['label']})")
-    curve = _read_curve(run_dir)
     for j, opp in enumerate(dict.fromkeys(r["opponent"] for r in curve)):  # maple-async curve's points
         pts = sorted((float(r["battle_sides"]), float(r["win_rate"]), float(r["ci_low"]), float(r["ci_high"]),
                       r["label"]) for r in curve if r["opponent"] == opp)
@@ -197,16 +244,39 @@ def draw(run_dir: Path):
     return fig, ev, cfg_text, curve
 
 
-def write(run_dir, out: Optional[str] = None) -> Path:
+def draw_by_decisions(run_dir: Path):
+    """One panel: the run's curve points by decisions, beside the published ones."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = _read_curve(run_dir)
+    cfg_text = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
+    cfg = _config(cfg_text)
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fmt = cfg.get("runner", {}).get("battle_format", "")
+    if not by_decisions(ax, curve, fmt, f"{run_dir.name} ({fmt}, seed {cfg.get('runner', {}).get('seed')}): "
+                                        f"win rate by decisions trained on"):
+        plt.close(fig)
+        raise UserError(f"{run_dir / 'curve.csv'} has no points with decisions: run maple-async curve "
+                        f"{run_dir} --decisions 1e6,2e6,... first")
+    fig.tight_layout()
+    return fig, None, cfg_text, curve
+
+
+def write(run_dir, out: Optional[str] = None, decisions_only: bool = False) -> Path:
     """Draw the report of ``run_dir`` into ``out`` (default ``RUN_DIR/report.png``; ``.html``
-    embeds the picture, the evaluation table and the config)."""
+    embeds the picture, the evaluation table and the config); ``decisions_only``: only the
+    curve by decisions beside the published points."""
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
     path = Path(out) if out else run_dir / "report.png"
     if path.suffix.lower() not in (".png", ".html"):
         raise UserError(f"--out must end in .png or .html, got {str(path)!r}")
-    fig, ev, cfg_text, curve = draw(run_dir)
+    if decisions_only and not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a folder (give a training run folder, e.g. runs/default)")
+    fig, ev, cfg_text, curve = draw_by_decisions(run_dir) if decisions_only else draw(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if path.suffix.lower() == ".png":
