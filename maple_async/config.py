@@ -138,6 +138,8 @@ class PPOConfig:
     clip_coef: float = key(0.2, "PPO ratio clip", ge=0)
     value_coef: float = key(0.5, "weight of the value loss", ge=0)
     entropy_coef: float = key(0.01, "weight of the entropy bonus", ge=0)
+    entropy_schedule: str = key("constant", "constant, or linear decay to 10% of entropy_coef over the "
+                                            "run's budget (as lr_schedule)", choices=("constant", "linear"))
     max_grad_norm: float = key(0.5, "gradient norm clip", gt=0)
     epochs: int = key(4, "passes over each batch of trajectories", gt=0)
     minibatch_sequences: int = key(32, "sequences (battles or chunks) per minibatch", gt=0)

@@ -188,7 +188,10 @@ def test_linear_lr_follows_the_budget_that_ends_first(tmp_path):
     assert learner.lr_at(0.0) == pytest.approx(1e-3) and learner.lr_at(0.5) == pytest.approx(5e-4)
     assert learner.lr_at(1.2) == pytest.approx(5e-5)  # the 5% floor
     m = learner.update([fake_traj(np.random.default_rng(0), 4)], progress=0.75)
-    assert m["lr"] == pytest.approx(2.5e-4)
+    assert m["lr"] == pytest.approx(2.5e-4) and m["entropy_coef"] == pytest.approx(0.01)  # constant
+    learner.cfg.entropy_schedule = "linear"  # the entropy bonus anneals too, to a 10% floor
+    m = learner.update([fake_traj(np.random.default_rng(0), 4)], progress=0.75)
+    assert m["entropy_coef"] == pytest.approx(0.0025) and learner.entropy_coef_at(0.99) == pytest.approx(0.001)
 
     cfg = Config()
     cfg.train.run_dir, cfg.train.tensorboard = str(tmp_path), False

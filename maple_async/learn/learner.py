@@ -139,6 +139,7 @@ class Learner:
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=cfg.lr, eps=1e-5)
         self.total_updates = max(total_updates, 1)
         self.updates = 0
+        self.entropy_coef = cfg.entropy_coef  # the schedule moves it each update
         # Minibatch order: from torch's global stream, which runner.seed seeds.
         self.generator = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, ()).item()))
 
@@ -171,6 +172,12 @@ class Learner:
             return self.cfg.lr
         return self.cfg.lr * max(1.0 - progress, 0.05)
 
+    def entropy_coef_at(self, progress: float) -> float:
+        """The entropy bonus's weight at ``progress``: constant, or linear decay to 10%."""
+        if self.cfg.entropy_schedule != "linear":
+            return self.cfg.entropy_coef
+        return self.cfg.entropy_coef * max(1.0 - progress, 0.1)
+
     def update(self, trajectories: Sequence, progress: Optional[float] = None,
                lr_scale: float = 1.0) -> dict:
         """One PPO update. ``progress``: how much of the run's budget (battles or time,
@@ -178,7 +185,9 @@ class Learner:
         ``lr_scale``: a smaller step for a smaller batch (the final update's leftovers)."""
         t0 = time.perf_counter()
         cfg, net = self.cfg, self.network
-        lr = lr_scale * self.lr_at(self.updates / self.total_updates if progress is None else progress)
+        progress = self.updates / self.total_updates if progress is None else progress
+        lr = lr_scale * self.lr_at(progress)
+        self.entropy_coef = self.entropy_coef_at(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         net.train()
@@ -201,7 +210,7 @@ class Learner:
         metrics = {k: float(np.mean(vs)) for k, vs in stats.items()}
         metrics.update(
             explained_variance=float(1 - torch.var(y - v) / var_y) if var_y > 0 else float("nan"),
-            lr=self.optimizer.param_groups[0]["lr"],
+            lr=self.optimizer.param_groups[0]["lr"], entropy_coef=self.entropy_coef,
             sequences=len(chunks),
             steps=int(valid.sum()),
             update_s=time.perf_counter() - t0,
@@ -303,7 +312,7 @@ class Learner:
             clipfrac = masked_mean(((ratio - 1).abs() > cfg.clip_coef).float(), valid_f)
         v_loss = 0.5 * masked_mean((values - returns) ** 2, valid_f)
         ent = masked_mean(entropy, valid_f)
-        loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * ent
+        loss = pg_loss + cfg.value_coef * v_loss - self.entropy_coef * ent
         with torch.no_grad():
             approx_kl = masked_mean((log_ratio.exp() - 1) - log_ratio, valid_f)
         return loss, dict(pg_loss=pg_loss.item(), v_loss=v_loss.item(), entropy=ent.item(),

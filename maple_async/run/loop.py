@@ -259,7 +259,8 @@ class LearningLoop:
                "mean_batch_size": mean_batch, "held_updates": self.held_updates,
                "policy_lag": policy_lag(versions, self.counters["version"] - 1),
                **{k: m[k] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm",
-                                    "explained_variance", "lr", "samples_per_s", "update_s")}}
+                                    "explained_variance", "lr", "entropy_coef", "samples_per_s",
+                                    "update_s")}}
         by_opp: dict[str, list] = {}
         for t in batch:
             kind, _, snapshot = t.opponent.partition("#")  # league#<id>: the snapshot it played
