@@ -556,10 +556,12 @@ def cmd_curve(args) -> int:
         raise UserError(f"--sides takes a comma list of whole numbers, e.g. 10000,30000; got {args.sides!r}") from None
     try:
         decisions = [int(float(d)) for d in _list(args.decisions)] if args.decisions else None
-    except ValueError:
+    except (ValueError, OverflowError):
         raise UserError(f"--decisions takes a comma list of numbers, e.g. 1e6,2e6,6e6; "
                         f"got {args.decisions!r}") from None
-    points = curve.select(curve.saved_points(run_dir), minutes, args.points, sides, decisions)
+    saved = curve.saved_points(run_dir)
+    curve.fill_decisions(run_dir / "curve.csv", saved)  # points played before the decisions axis
+    points = curve.select(saved, minutes, args.points, sides, decisions)
     check_teams(cfg)
     return run_async(_curve(cfg, args, run_dir, points))
 

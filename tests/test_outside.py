@@ -248,6 +248,34 @@ def test_an_older_curve_csv_gains_the_decisions_column(tmp_path):
     assert list(rows[0]) == curve.FIELDS and [r["decisions"] for r in rows] == ["", "76800"]
     assert [r["battle_sides"] for r in rows] == ["1280", "2560"] and rows[0]["win_rate"] == "0.5"
     assert curve.table(rows)[1].split()[:4] == ["20", "3.3", "1280", "-"]
+    # curve fills the old rows' decisions from the run's checkpoints (metrics.csv), so a
+    # report by decisions shows them without playing them again
+    curve.fill_decisions(out, [curve.Point(20, tmp_path / "w.pt", 1280, 200.0, 38400)])
+    assert [r["decisions"] for r in curve.read_rows(out)] == ["38400", "76800"]
+    assert not list(tmp_path.glob("*.tmp"))
+    # a file with only an older header: the row goes under today's columns
+    out.write_text(",".join(old) + "\n")
+    curve.append_row(out, curve.row_of(p, EvalResult("heuristics", 300, 180, 120, 0, 30.0), "held out"))
+    assert [(r["decisions"], r["battle_sides"]) for r in curve.read_rows(out)] == [("76800", "2560")]
+
+
+def test_curve_by_decisions_fills_an_older_curve_csv_then_plays_nothing_again(tmp_path, capsys):
+    """A point an older curve played is not played again for --decisions: its row gains the
+    decisions, and the report by decisions draws it."""
+    from maple_async import cli
+    from maple_async.tools import curve
+    _fake_run(tmp_path / "run", n=60)  # update u: 1920u decisions
+    (tmp_path / "run" / "config.yaml").write_text("runner:\n  battle_format: gen4randombattle\n")
+    _saved(tmp_path / "run", ["weights_000020.pt"])
+    old = [f for f in curve.FIELDS if f != "decisions"]
+    (tmp_path / "run" / "curve.csv").write_text(
+        ",".join(old) + "\n" + "20,1280,3.33,heuristics,held out,300,150,150,0,0.5,0.44,0.56,weights_000020.pt\n")
+    assert cli.main(["curve", str(tmp_path / "run"), "--decisions", "38400", "--battles", "300"]) == 0
+    assert "0 to play (1 already in" in capsys.readouterr().out
+    assert curve.read_rows(tmp_path / "run" / "curve.csv")[0]["decisions"] == "38400"
+    assert report.write(tmp_path / "run", str(tmp_path / "d.png"), decisions_only=True).exists()
+    assert cli.main(["curve", str(tmp_path / "run"), "--decisions", "inf"]) == 2
+    assert "--decisions takes a comma list of numbers" in capsys.readouterr().err
 
 
 def test_report_draws_the_curve_points(tmp_path):

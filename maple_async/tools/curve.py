@@ -104,13 +104,38 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _header(path: Path) -> Optional[list]:
+    if not path.exists():
+        return None
+    with open(path, newline="") as f:
+        return next(csv.reader(f), None)
+
+
+def rewrite(path: Path, rows: list[dict]) -> None:
+    """``curve.csv`` with today's columns (a missing one left blank), replaced whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, restval="", extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+def fill_decisions(path: Path, points: list[Point]) -> None:
+    """Rows of an older ``curve.csv`` (no decisions column) gain their checkpoint's decisions."""
+    rows = read_rows(path)
+    at = {p.update: p.decisions for p in points if p.decisions}
+    blank = [r for r in rows if not r.get("decisions") and int(r["update"]) in at]
+    if blank or (rows and _header(path) != FIELDS):
+        for r in blank:
+            r["decisions"] = at[int(r["update"])]
+        rewrite(path, rows)
+
+
 def append_row(path: Path, row: dict) -> None:
-    old = read_rows(path)
-    if old and list(old[0]) != FIELDS:  # an older curve.csv: rewritten with today's columns
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS, restval="", extrasaction="ignore")
-            w.writeheader()
-            w.writerows(old)
+    header = _header(path)
+    if header is not None and header != FIELDS:  # an older curve.csv: today's columns first
+        rewrite(path, read_rows(path))
     new = not path.exists()
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)

@@ -110,7 +110,7 @@ def by_decisions(ax, curve: list[dict], battle_format: str, title: str = "") -> 
     drawn = False
     for opp in dict.fromkeys(r["opponent"] for r in curve):
         pts = sorted((int(r["decisions"]), float(r["win_rate"]), float(r["ci_low"]), float(r["ci_high"]),
-                      r["label"]) for r in curve if r["opponent"] == opp and r.get("decisions"))
+                      r["label"]) for r in curve if r["opponent"] == opp and int(r.get("decisions") or 0) > 0)
         if not pts:
             continue
         x, y, lo, hi, labels = zip(*pts)
@@ -157,7 +157,7 @@ def draw(run_dir: Path):
     ev = _read_json(run_dir / "eval.json")
     x = m.get("battles", np.arange(len(next(iter(m.values())))))
     curve = _read_curve(run_dir)
-    steps = any(r.get("decisions") for r in curve)  # a fourth row: the curve by decisions
+    steps = any(int(r.get("decisions") or 0) > 0 for r in curve)  # a fourth row: the curve by decisions
     fig, axes = plt.subplots(4 if steps else 3, 3, figsize=(17, 17 if steps else 12.5))
     if steps:
         for a in axes[3]:
