@@ -126,9 +126,9 @@ def fill_decisions(path: Path, points: list[Point]) -> None:
     rows = read_rows(path)
     at = {p.update: p.decisions for p in points if p.decisions}
     blank = [r for r in rows if not r.get("decisions") and int(r["update"]) in at]
-    if blank or (rows and _header(path) != FIELDS):
-        for r in blank:
-            r["decisions"] = at[int(r["update"])]
+    for r in blank:
+        r["decisions"] = at[int(r["update"])]
+    if blank:  # (an older header alone is migrated by append_row)
         rewrite(path, rows)
 
 

@@ -104,6 +104,16 @@ def _config(cfg_text: str) -> dict:
         return {}
 
 
+def _config_text(run_dir: Path) -> str:
+    """The run's config.yaml, or "" when it has none."""
+    path = run_dir / "config.yaml"
+    return path.read_text() if path.exists() else ""
+
+
+def _battle_format(cfg_text: str) -> str:
+    return _config(cfg_text).get("runner", {}).get("battle_format", "")
+
+
 def by_decisions(ax, curve: list[dict], battle_format: str, title: str = "") -> bool:
     """The curve points that know their decisions (steps) on ``ax``, log x, with the published
     points of the same format and opponent marked as quoted; whether anything was drawn."""
@@ -153,7 +163,7 @@ def draw(run_dir: Path):
     import matplotlib.pyplot as plt
 
     m = read_metrics(run_dir)
-    cfg_text = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
+    cfg_text = _config_text(run_dir)
     ev = _read_json(run_dir / "eval.json")
     x = m.get("battles", np.arange(len(next(iter(m.values())))))
     curve = _read_curve(run_dir)
@@ -162,8 +172,7 @@ def draw(run_dir: Path):
     if steps:
         for a in axes[3]:
             a.remove()
-        fmt = _config(cfg_text).get("runner", {}).get("battle_format", "")
-        by_decisions(fig.add_subplot(4, 1, 4), curve, fmt)
+        by_decisions(fig.add_subplot(4, 1, 4), curve, _battle_format(cfg_text))
     fig.suptitle(_title(run_dir, m, cfg_text), fontsize=12)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
@@ -251,11 +260,10 @@ def draw_by_decisions(run_dir: Path):
     import matplotlib.pyplot as plt
 
     curve = _read_curve(run_dir)
-    cfg_text = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
-    cfg = _config(cfg_text)
+    cfg_text = _config_text(run_dir)
+    fmt, seed = _battle_format(cfg_text), _config(cfg_text).get("runner", {}).get("seed")
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    fmt = cfg.get("runner", {}).get("battle_format", "")
-    if not by_decisions(ax, curve, fmt, f"{run_dir.name} ({fmt}, seed {cfg.get('runner', {}).get('seed')}): "
+    if not by_decisions(ax, curve, fmt, f"{run_dir.name} ({fmt}, seed {seed}): "
                                         f"win rate by decisions trained on"):
         plt.close(fig)
         raise UserError(f"{run_dir / 'curve.csv'} has no points with decisions: run maple-async curve "
