@@ -702,7 +702,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
     tr.add_argument("--resume", nargs="?", const="latest", default=None,
-                    help="continue from a checkpoint (default: <run_dir>/latest.pt)")
+                    help="continue from a checkpoint (default: <run_dir>/latest.pt); the run's limits "
+                         "(train.total_battles, total_decisions, max_minutes) count what it trained before")
     _add_config_flags(tr)
     tr.set_defaults(func=cmd_train)
 

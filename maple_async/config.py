@@ -151,7 +151,8 @@ class PPOConfig:
 class TrainConfig:
     battles_per_update: int = key(64, "finished battle sides (trajectories) per update", gt=0)
     total_battles: int = key(2000, "battle sides (trajectories) to train on, then stop", gt=0)
-    max_minutes: float = key(0.0, "stop after this many minutes (0: no time limit)", ge=0)
+    max_minutes: float = key(0.0, "stop after this many minutes of training in the whole run (--resume "
+                                  "continues the count; 0: no time limit)", ge=0)
     total_decisions: int = key(0, "stop after training on this many decisions (steps, as published "
                                   "curves count them; 0: no decision limit)", ge=0)
     opponents: str = key("self:1.0", 'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" '

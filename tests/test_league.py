@@ -143,7 +143,8 @@ async def test_loop_counts_results_per_snapshot_and_pfsp_follows_them(tmp_path):
     import csv
     header = next(csv.reader(open(tmp_path / "run" / "metrics.csv")))
     assert "win_rate/league" in header and not any("#" in h for h in header)
-    # The league and its results survive a checkpoint.
+    # The league and its results survive a checkpoint (a run given more battle sides to train on).
+    cfg.train.total_battles = 80
     loop2 = LearningLoop(cfg, "cpu", resume=str(tmp_path / "run" / "latest.pt"), quiet=True, handle_signals=False)
     assert [e["id"] for e in loop2.league] == [e["id"] for e in loop.league]
     assert loop2.league_results == loop.league_results

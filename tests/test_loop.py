@@ -154,3 +154,35 @@ def test_checkpoints_keep_the_newest_and_a_weights_snapshot_per_period(tmp_path)
     resumed.save_checkpoint()
     assert not (folder / "weights_000006.pt").exists() and (folder / "ckpt_000006.pt").exists()
     assert not (folder / "ckpt_000004.pt").exists()
+
+
+async def test_a_resumed_run_keeps_its_limits_over_the_whole_run(tmp_path):
+    import pytest
+
+    from maple_async.errors import UserError
+    from maple_async.learn import checkpoint as ckpt
+
+    cfg = _cfg(tmp_path, **{"train.total_battles": 16})
+    await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(
+        ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(3))), 60)
+    latest = tmp_path / "run" / "latest.pt"
+    config_before = (tmp_path / "run" / "config.yaml").read_text()
+    # a run that has trained its battle sides is refused, naming the key to raise; nothing written
+    with pytest.raises(UserError, match=r"already trained \d+ battle sides of train.total_battles 16 .*"
+                                        r"--train.total_battles 32"):
+        LearningLoop(_cfg(tmp_path, **{"train.total_battles": 16, "train.max_minutes": 5.0}), "cpu",
+                     resume=str(latest), quiet=True, handle_signals=False)
+    assert (tmp_path / "run" / "config.yaml").read_text() == config_before
+    # ten minutes trained before: a 10-minute budget is spent, a little more ends after one update
+    data = ckpt.load(latest)
+    data["counters"]["seconds"] = 600.0
+    ckpt.save(latest, data)
+    over = {"train.total_battles": 10_000}
+    with pytest.raises(UserError, match="already trained 10 minutes of train.max_minutes 10 "):
+        LearningLoop(_cfg(tmp_path, **over, **{"train.max_minutes": 10.0}), "cpu", resume=str(latest),
+                     quiet=True, handle_signals=False)
+    loop = LearningLoop(_cfg(tmp_path, **over, **{"train.max_minutes": 10.0 + 1e-6}), "cpu",
+                        resume=str(latest), quiet=True, handle_signals=False)
+    tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(4))
+    await asyncio.wait_for(loop.run(tp), 60)
+    assert loop.stop_reason.startswith("reached 10.000001 minutes") and len(tp.published) == 1

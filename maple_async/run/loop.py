@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ..config import Config, parse_opponent_mix
+from ..errors import UserError
 from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
@@ -42,12 +43,12 @@ class LearningLoop:
         self.learner = Learner(nets.for_config(cfg), cfg.ppo, device, total_updates=est_updates)
         if cfg.train.init and not resume:
             self._init(cfg.train.init)
-        (self.run_dir / "config.yaml").write_text(cfg.to_yaml())
         self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
         self.league: list[dict] = []  # {"id": update it was taken at, "weights"}, oldest first
         self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
         if resume:
             self._resume(resume)
+        (self.run_dir / "config.yaml").write_text(cfg.to_yaml())  # after a resume's checks
         # the training-time slot of the last weights-only snapshot (one per snapshot_minutes)
         period = cfg.train.snapshot_minutes * 60.0
         self._snapshot_slot = int(self.counters["seconds"] // period) if resume and period > 0 else -1
@@ -77,8 +78,18 @@ class LearningLoop:
         # Checkpoints before per-battle league opponents kept bare state dicts.
         self.league = [e if "weights" in e else {"id": -len(league) + i, "weights": e} for i, e in enumerate(league)]
         self.league_results = {int(k): list(v) for k, v in data.get("league_results", {}).items()}
+        t, c = self.cfg.train, self.counters
+        spent = [(name, key, have, want) for name, key, have, want in (
+            ("battle sides", "total_battles", c["battles"], t.total_battles),
+            ("decisions", "total_decisions", c["decisions"], t.total_decisions),
+            ("minutes", "max_minutes", c["seconds"] / 60, t.max_minutes)) if want and have >= want]
+        if spent:
+            name, key, have, want = spent[0]
+            raise UserError(f"{path} has already trained {round(have, 1):g} {name} of train.{key} {want:g} (the "
+                            f"limits count the whole run): raise it to train on, e.g. --train.{key} {want * 2:g}")
         self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
-                    f"battle sides {self.counters['battles']}, version {self.counters['version']}")
+                    f"battle sides {c['battles']}, decisions {c['decisions']}, "
+                    f"{c['seconds'] / 60:.1f} of the run's minutes, version {c['version']}")
 
     def _init(self, path: str) -> None:
         """Weights from ``path`` (a pretrain or training checkpoint); counters, optimiser and
@@ -191,7 +202,8 @@ class LearningLoop:
                     self.request_stop(f"reached {cfg.train.total_battles} battle sides")
                 elif cfg.train.total_decisions and self.counters["decisions"] >= cfg.train.total_decisions:
                     self.request_stop(f"reached {cfg.train.total_decisions} decisions")
-                elif cfg.train.max_minutes and (time.perf_counter() - t_start) / 60 >= cfg.train.max_minutes:
+                elif cfg.train.max_minutes and self.counters["seconds"] / 60 >= cfg.train.max_minutes:
+                    # the run's training minutes, across resumes (as the schedule counts them)
                     self.request_stop(f"reached {cfg.train.max_minutes} minutes")
         finally:
             self._receive(await transport.stop())
