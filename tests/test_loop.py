@@ -178,7 +178,7 @@ async def test_a_resumed_run_keeps_its_limits_over_the_whole_run(tmp_path):
     data["counters"]["seconds"] = 600.0
     ckpt.save(latest, data)
     over = {"train.total_battles": 10_000}
-    with pytest.raises(UserError, match="already trained 10 minutes of train.max_minutes 10 "):
+    with pytest.raises(UserError, match="already trained 10.0 minutes of train.max_minutes 10 "):
         LearningLoop(_cfg(tmp_path, **over, **{"train.max_minutes": 10.0}), "cpu", resume=str(latest),
                      quiet=True, handle_signals=False)
     loop = LearningLoop(_cfg(tmp_path, **over, **{"train.max_minutes": 10.0 + 1e-6}), "cpu",

@@ -203,6 +203,18 @@ def test_checkpoint_of_another_shape_is_refused(tmp_path):
     assert "managed Showdown" not in p.stdout
 
 
+def test_a_resume_of_a_finished_run_is_refused(tmp_path):
+    from maple_async.run.loop import LearningLoop as Trainer
+    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "r"), "train.tensorboard": False})
+    done = Trainer(cfg, "cpu", quiet=True)
+    done.counters["battles"] = cfg.train.total_battles
+    path = done.save_checkpoint()
+    p = run_cli("train", "--config", "config/test.yaml", "--train.run_dir", str(tmp_path / "r"), "--resume")
+    _assert_user_error(p, f"already trained {cfg.train.total_battles} battle sides of train.total_battles")
+    assert f"--train.total_battles {2 * cfg.train.total_battles}" in p.stderr and path.exists()
+    assert "managed Showdown" not in p.stdout
+
+
 def test_node_missing_is_reported(tmp_path):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable), MAPLE_ASYNC_HOME=str(tmp_path / "home"))
     _assert_user_error(run_cli("server", "install", env=env), "'node' was not found")

@@ -85,8 +85,9 @@ class LearningLoop:
             ("minutes", "max_minutes", c["seconds"] / 60, t.max_minutes)) if want and have >= want]
         if spent:
             name, key, have, want = spent[0]
-            raise UserError(f"{path} has already trained {round(have, 1):g} {name} of train.{key} {want:g} (the "
-                            f"limits count the whole run): raise it to train on, e.g. --train.{key} {want * 2:g}")
+            shown = f"{have:.1f}" if key == "max_minutes" else f"{int(have)}"
+            raise UserError(f"{path} has already trained {shown} {name} of train.{key} {want:.10g} (the "
+                            f"limits count the whole run): raise it to train on, e.g. --train.{key} {want * 2:.10g}")
         self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
                     f"battle sides {c['battles']}, decisions {c['decisions']}, "
                     f"{c['seconds'] / 60:.1f} of the run's minutes, version {c['version']}")
