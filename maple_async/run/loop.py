@@ -11,6 +11,7 @@ the policy version that chose it, so policy lag is measured.
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import time
 from pathlib import Path
@@ -84,10 +85,13 @@ class LearningLoop:
             ("decisions", "total_decisions", c["decisions"], t.total_decisions),
             ("minutes", "max_minutes", c["seconds"] / 60, t.max_minutes)) if want and have >= want]
         if spent:
-            name, key, have, want = spent[0]
-            shown = f"{have:.1f}" if key == "max_minutes" else f"{int(have)}"
-            raise UserError(f"{path} has already trained {shown} {name} of train.{key} {want:.10g} (the "
-                            f"limits count the whole run): raise it to train on, e.g. --train.{key} {want * 2:.10g}")
+            def shown(key, x):
+                return f"{round(x, 2):g}" if key == "max_minutes" else str(int(x))
+            what = " and ".join(f"{shown(k, have)} {name} of train.{k} {shown(k, want)}" for name, k, have, want in spent)
+            # enough to train on: twice the limit, or the limit again beyond what is trained
+            more = " ".join(f"--train.{k} {math.ceil(max(2 * want, have + want))}" for _, k, have, want in spent)
+            raise UserError(f"{path} has already trained {what} (the limits count the whole run): "
+                            f"raise {'it' if len(spent) == 1 else 'them'} to train on, e.g. {more}")
         self._print(f"[train] resumed from {path}: update {self.learner.updates}, "
                     f"battle sides {c['battles']}, decisions {c['decisions']}, "
                     f"{c['seconds'] / 60:.1f} of the run's minutes, version {c['version']}")
