@@ -367,8 +367,25 @@ async def _eval(cfg, args) -> int:
     return 0
 
 
-def cmd_eval(args) -> int:
+def eval_config(args) -> config_mod.Config:
+    """eval's config; a checkpoint evaluated with no --config or --runner.battle_format plays
+    its own format (and its teams, where they are here), not the default gen 9 one."""
     cfg = load_config(args)
+    if args.checkpoint and args.config is None and getattr(args, "runner.battle_format", None) is None:
+        from .learn import checkpoint as ckpt
+        saved = config_mod.from_saved(ckpt.load(args.checkpoint)["config"]).runner
+        cfg.runner.battle_format = saved.battle_format
+        if getattr(args, "runner.teams", None) is None and saved.teams and (
+                "{format}" in saved.teams or Path(saved.teams).exists()):
+            cfg.runner.teams = saved.teams
+        cfg = config_mod.validate(cfg)
+        if args.json != "-":
+            print(f"[eval] {saved.battle_format}: the checkpoint's format (--runner.battle_format plays another)")
+    return cfg
+
+
+def cmd_eval(args) -> int:
+    cfg = eval_config(args)
     if args.battles < 1:
         raise UserError("--battles must be >= 1")
     import os

@@ -185,3 +185,26 @@ def test_a_checkpoint_is_refused_in_a_generation_it_was_not_trained_on(tmp_path)
     ckpt.load(many, "gen2ou")
     with pytest.raises(UserError, match=r"trained on generation 1, 2 \(gen1ou,gen2ou\) and gen3ou is generation 3"):
         ckpt.load(many, "gen3ou")
+
+
+def test_eval_of_a_checkpoint_plays_its_own_format_unless_told(tmp_path):
+    from maple_async import cli
+    from maple_async.run.loop import LearningLoop
+
+    def saved(fmt, teams=None):
+        cfg = C.load(None, {"runner.battle_format": fmt, "runner.teams": teams, "network.hidden_size": 8,
+                            "train.run_dir": str(tmp_path / fmt), "train.tensorboard": False})
+        return str(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).save_checkpoint())
+
+    parse = cli.build_parser().parse_args
+    gen4 = saved("gen4randombattle")
+    assert cli.eval_config(parse(["eval", "--checkpoint", gen4])).runner.battle_format == "gen4randombattle"
+    told = parse(["eval", "--checkpoint", gen4, "--runner.battle_format", "gen9randombattle"])
+    assert cli.eval_config(told).runner.battle_format == "gen9randombattle"  # refused later, naming both
+    preset = parse(["eval", "--checkpoint", gen4, "--config", "config/default.yaml"])
+    assert cli.eval_config(preset).runner.battle_format == "gen9randombattle"
+    ou = cli.eval_config(parse(["eval", "--checkpoint", saved("gen1ou", "config/teams/gen1ou")]))
+    assert (ou.runner.battle_format, ou.runner.teams) == ("gen1ou", "config/teams/gen1ou")
+    other = parse(["eval", "--checkpoint", saved("gen1ou", "config/teams/gen1ou"), "--runner.teams",
+                   "config/teams/gen1ou-heldout"])
+    assert cli.eval_config(other).runner.teams == "config/teams/gen1ou-heldout"
