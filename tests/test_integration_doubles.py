@@ -186,9 +186,10 @@ def test_train_in_random_doubles_then_eval_its_checkpoint(showdown_url, tmp_path
     data = json.loads(out.read_text())
     assert [r["opponent"] for r in data["results"]] == ["heuristics", "random"]
     assert all(r["battles"] == 12 for r in data["results"])
-    # the same checkpoint in a singles format: one line, before any battle
+    # the same checkpoint in a singles format (asked for: with none, eval plays the checkpoint's):
+    # one line, before any battle
     s = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "random", "--battles", "4",
-                "--server", showdown_url, timeout=120)
+                "--runner.battle_format", "gen9randombattle", "--server", showdown_url, timeout=120)
     assert s.returncode == 2 and s.stderr.strip().splitlines() == [
         f"maple-async: error: checkpoint {run_dir / 'latest.pt'} plays doubles and gen9randombattle is a "
         f"singles format: use a singles checkpoint"], s.stderr[-2000:]
