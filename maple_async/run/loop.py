@@ -79,11 +79,8 @@ class LearningLoop:
         # Checkpoints before per-battle league opponents kept bare state dicts.
         self.league = [e if "weights" in e else {"id": -len(league) + i, "weights": e} for i, e in enumerate(league)]
         self.league_results = {int(k): list(v) for k, v in data.get("league_results", {}).items()}
-        t, c = self.cfg.train, self.counters
-        spent = [(name, key, have, want) for name, key, have, want in (
-            ("battle sides", "total_battles", c["battles"], t.total_battles),
-            ("decisions", "total_decisions", c["decisions"], t.total_decisions),
-            ("minutes", "max_minutes", c["seconds"] / 60, t.max_minutes)) if want and have >= want]
+        c = self.counters
+        spent = [limit for limit in self._limits(c["seconds"]) if limit[2] >= limit[3]]
         if spent:
             def shown(key, x):
                 return f"{round(x, 2):g}" if key == "max_minutes" else str(int(x))
@@ -203,13 +200,10 @@ class LearningLoop:
                 transport.publish(self.weights_msg())
                 if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
                     self.save_checkpoint()
-                if self.counters["battles"] >= cfg.train.total_battles:
-                    self.request_stop(f"reached {cfg.train.total_battles} battle sides")
-                elif cfg.train.total_decisions and self.counters["decisions"] >= cfg.train.total_decisions:
-                    self.request_stop(f"reached {cfg.train.total_decisions} decisions")
-                elif cfg.train.max_minutes and self.counters["seconds"] / 60 >= cfg.train.max_minutes:
-                    # the run's training minutes, across resumes (as the schedule counts them)
-                    self.request_stop(f"reached {cfg.train.max_minutes} minutes")
+                reached = [(name, want) for name, _, have, want in self._limits(self.counters["seconds"])
+                           if have >= want]
+                if reached:
+                    self.request_stop(f"reached {reached[0][1]} {reached[0][0]}")
         finally:
             self._receive(await transport.stop())
             self._signals(loop, False)
@@ -241,14 +235,20 @@ class LearningLoop:
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (e.g. a Ray actor's loop): the owner handles signals
 
+    def _limits(self, seconds: float) -> list[tuple[str, str, float, float]]:
+        """The run's limits that are set, as (name, config key, spent, limit), each counted over
+        the whole run (``seconds``: its training time): the stop rule, the schedule's progress
+        and a resume's check read the same ones."""
+        t, c = self.cfg.train, self.counters
+        return [(name, key, have, want) for name, key, have, want in (
+            ("battle sides", "total_battles", c["battles"], t.total_battles),
+            ("decisions", "total_decisions", c["decisions"], t.total_decisions),
+            ("minutes", "max_minutes", seconds / 60, t.max_minutes)) if want]
+
     def progress(self, seconds: float) -> float:
         """How much of the run's budget is spent: battle sides, decisions or minutes, whichever
         ends first."""
-        t = self.cfg.train
-        by_battles = self.counters["battles"] / t.total_battles
-        by_decisions = self.counters["decisions"] / t.total_decisions if t.total_decisions else 0.0
-        by_time = seconds / (60.0 * t.max_minutes) if t.max_minutes else 0.0
-        return min(max(by_battles, by_decisions, by_time), 1.0)
+        return min(max(have / want for _, _, have, want in self._limits(seconds)), 1.0)
 
     async def _update(self, batch, last: dict, t_start: float, seconds_before: float,
                       lr_scale: float = 1.0) -> dict:
