@@ -375,9 +375,8 @@ def eval_config(args) -> config_mod.Config:
         from .learn import checkpoint as ckpt
         saved = config_mod.from_saved(ckpt.load(args.checkpoint)["config"]).runner
         cfg.runner.battle_format = saved.battle_format
-        if getattr(args, "runner.teams", None) is None and saved.teams and (
-                "{format}" in saved.teams or Path(saved.teams).exists()):
-            cfg.runner.teams = saved.teams
+        if getattr(args, "runner.teams", None) is None:
+            cfg.runner.teams = config_mod.teams_here(saved.teams, saved.battle_format)
         cfg = config_mod.validate(cfg)
         if args.json != "-":
             print(f"[eval] {saved.battle_format}: the checkpoint's format (--runner.battle_format plays another)")
@@ -607,10 +606,7 @@ def _outside_config(args) -> config_mod.Config:
     names = config_mod.formats(cfg.runner.battle_format)
     if len(names) == 1:  # {format} in its pool's path stands for the one format played
         cfg = config_mod.for_format(cfg, names[0])
-    if args.teams:
-        cfg.runner.teams = args.teams
-    if cfg.runner.teams and not Path(cfg.runner.teams).exists() and not args.teams:
-        cfg.runner.teams = None  # trained elsewhere: its pool's path means nothing here
+    cfg.runner.teams = args.teams or config_mod.teams_here(cfg.runner.teams, cfg.runner.battle_format)
     cfg.runner.concurrency = args.concurrency
     cfg.runner.device = args.device
     return config_mod.validate(cfg)

@@ -340,6 +340,15 @@ def for_format(cfg: "Config", fmt: str) -> "Config":
     return out
 
 
+def teams_here(teams: Optional[str], battle_format: str) -> Optional[str]:
+    """A saved team path where it means something on this machine: it exists here, for
+    every listed format where it names ``{format}``; None otherwise (trained elsewhere)."""
+    if not teams:
+        return None
+    names = formats(battle_format) if "{format}" in teams else [""]
+    return teams if all(Path(teams.replace("{format}", f)).exists() for f in names) else None
+
+
 def check_battle_format(spec: str) -> None:
     """What can be told from the names: a singles format of any generation or a gen9
     doubles format, or a comma list of them all singles or all doubles. Showdown's own

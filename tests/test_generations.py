@@ -208,3 +208,23 @@ def test_eval_of_a_checkpoint_plays_its_own_format_unless_told(tmp_path):
     other = parse(["eval", "--checkpoint", saved("gen1ou", "config/teams/gen1ou"), "--runner.teams",
                    "config/teams/gen1ou-heldout"])
     assert cli.eval_config(other).runner.teams == "config/teams/gen1ou-heldout"
+
+
+def test_a_saved_team_path_is_kept_where_it_means_something_here(tmp_path):
+    from maple_async import cli
+    from maple_async.run.loop import LearningLoop
+
+    def saved(fmt, teams):
+        cfg = C.load(None, {"runner.battle_format": fmt, "runner.teams": teams, "network.hidden_size": 8,
+                            "train.run_dir": str(tmp_path / fmt.replace(",", "-")), "train.tensorboard": False})
+        return str(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).save_checkpoint())
+
+    parse = cli.build_parser().parse_args
+    both = saved("gen1ou,gen2ou", "config/teams/{format}")  # one pool per format: each exists here
+    assert cli.eval_config(parse(["eval", "--checkpoint", both])).runner.teams == "config/teams/{format}"
+    assert cli._outside_config(parse(["serve", "--checkpoint", both])).runner.teams == "config/teams/{format}"
+    one = cli._outside_config(parse(["serve", "--checkpoint", both, "--format", "gen2ou"]))
+    assert (one.runner.battle_format, one.runner.teams) == ("gen2ou", "config/teams/gen2ou")
+    assert C.teams_here("config/teams/{format}", "gen1ou,gen5ou") is None  # no gen5ou pool here
+    assert C.teams_here(str(tmp_path / "gone"), "gen1ou") is None  # trained elsewhere
+    assert C.teams_here(None, "gen1ou") is None
