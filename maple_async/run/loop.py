@@ -80,7 +80,7 @@ class LearningLoop:
         self.league = [e if "weights" in e else {"id": -len(league) + i, "weights": e} for i, e in enumerate(league)]
         self.league_results = {int(k): list(v) for k, v in data.get("league_results", {}).items()}
         c = self.counters
-        spent = [limit for limit in self._limits(c["seconds"]) if limit[2] >= limit[3]]
+        spent = self._spent(c["seconds"])
         if spent:
             def shown(key, x):
                 return f"{round(x, 2):g}" if key == "max_minutes" else str(int(x))
@@ -200,10 +200,10 @@ class LearningLoop:
                 transport.publish(self.weights_msg())
                 if self.learner.updates % cfg.train.checkpoint_every_updates == 0:
                     self.save_checkpoint()
-                reached = [(name, want) for name, _, have, want in self._limits(self.counters["seconds"])
-                           if have >= want]
+                reached = self._spent(self.counters["seconds"])
                 if reached:
-                    self.request_stop(f"reached {reached[0][1]} {reached[0][0]}")
+                    name, _, _, want = reached[0]
+                    self.request_stop(f"reached {want} {name}")
         finally:
             self._receive(await transport.stop())
             self._signals(loop, False)
@@ -244,6 +244,10 @@ class LearningLoop:
             ("battle sides", "total_battles", c["battles"], t.total_battles),
             ("decisions", "total_decisions", c["decisions"], t.total_decisions),
             ("minutes", "max_minutes", seconds / 60, t.max_minutes)) if want]
+
+    def _spent(self, seconds: float) -> list[tuple[str, str, float, float]]:
+        """The limits of :meth:`_limits` the run has reached: the stop rule's and a resume's."""
+        return [limit for limit in self._limits(seconds) if limit[2] >= limit[3]]
 
     def progress(self, seconds: float) -> float:
         """How much of the run's budget is spent: battle sides, decisions or minutes, whichever
