@@ -97,6 +97,55 @@ def test_stat_estimates_follow_the_generation():
     assert enc._stats(None, base, 100, 1) == [403.0] + [298.0] * 5  # DVs 15, full stat experience
 
 
+def _battle_from_request(gen, species, moves, item, ability):
+    """A battle of ``gen`` read from a Showdown request of that generation (its fields as
+    Showdown writes them: item '' in gen 1, baseAbility 'noability' in gens 1-2)."""
+    import logging
+
+    from poke_env.battle import Battle, Pokemon
+    b = Battle(f"battle-gen{gen}randombattle-1", "me", logging.getLogger("test"), gen=gen)
+    b._player_role = "p1"
+    mon = {"ident": f"p1: {species}", "details": f"{species}, L80", "condition": "250/250", "active": True,
+           "stats": {"atk": 180, "def": 180, "spa": 180, "spd": 180, "spe": 180}, "moves": moves,
+           "baseAbility": ability, "item": item, "pokeball": "pokeball"}
+    b.parse_request({"active": [{"moves": [{"move": m, "id": m, "pp": 16, "maxpp": 16, "target": "normal",
+                                            "disabled": False} for m in moves]}],
+                     "side": {"name": "me", "id": "p1", "pokemon": [mon]}})
+    foe = Pokemon(gen=gen, species="gengar")  # one possible ability: poke-env sets it from gen 3
+    foe._active = True
+    b._opponent_team = {"p2: Gengar": foe}
+    return b
+
+
+def test_physical_or_special_by_type_before_gen_4():
+    """Fire Punch and Shadow Ball: by their type in gen 3 (Fire special, Ghost physical),
+    by their own category from gen 4 (the split)."""
+    def categories(gen):
+        obs = enc.encode(_battle_from_request(gen, "Gengar", ["firepunch", "shadowball"], "leftovers", "levitate"))
+        cat = enc.MOVES + enc.M_CATEGORY
+        return [int(np.argmax(obs[cat + j * enc.MOVE_DIM:cat + j * enc.MOVE_DIM + 3])) for j in range(2)]
+    physical, special = enc.CATEGORY_INDEX[enc.MoveCategory.PHYSICAL], enc.CATEGORY_INDEX[enc.MoveCategory.SPECIAL]
+    assert categories(3) == [special, physical]
+    assert categories(4) == [physical, special]
+
+
+def test_no_items_in_gen_1_and_no_abilities_before_gen_3():
+    """What the game lacks stays zero, for both sides: Showdown's gen 1 request says item ''
+    (no item) and gens 1-2 say ability 'noability', which would otherwise read as "no item"
+    and "another ability"."""
+    def held(gen, item, ability):
+        obs = enc.encode(_battle_from_request(gen, "Tauros", ["bodyslam"], item, ability))
+        items, abilities = [], []
+        for base in (enc.OWN_TEAM, enc.OPP_TEAM):
+            items.append(obs[base + enc.P_ITEM:base + enc.P_ABILITY].any())
+            abilities.append(obs[base + enc.P_ABILITY:base + enc.P_ABILITY_OTHER + 1].any())
+        return items, abilities
+    assert held(1, "", "noability") == ([False, False], [False, False])
+    assert held(2, "leftovers", "noability") == ([True, False], [False, False])
+    assert held(3, "leftovers", "intimidate") == ([True, False], [True, True])  # the slots are read from gen 3
+    assert held(3, "", "intimidate")[0] == [True, False]  # "no item" where the game has items
+
+
 @pytest.mark.parametrize("fmt", RANDOM + OU + ["gen9randombattle", "gen5uu", "gen7ubers"])
 def test_every_generations_singles_formats_are_accepted(fmt):
     assert C.load(None, {"runner.battle_format": fmt}).runner.battle_format == fmt
