@@ -86,6 +86,25 @@ def test_shipped_presets_load():
         C.load(p)
 
 
+def test_every_team_preset_evaluates_on_a_held_out_pool_of_its_own():
+    """A preset that trains on shipped teams evaluates on another existing folder, for
+    each format it lists (``{format}`` stands for each)."""
+    from pathlib import Path
+    root = Path(__file__).parent.parent
+    with_teams = 0
+    for p in sorted(root.joinpath("config").glob("*.yaml")):
+        cfg = C.load(p)
+        if not cfg.runner.teams:
+            continue
+        with_teams += 1
+        for fmt in C.formats(cfg.runner.battle_format):
+            one = C.for_format(cfg, fmt)
+            assert one.train.eval_teams, f"{p.name} trains on {one.runner.teams} and sets no train.eval_teams"
+            held, train = (root / one.train.eval_teams).resolve(), (root / one.runner.teams).resolve()
+            assert held.is_dir() and held != train, (p.name, one.train.eval_teams)
+    assert with_teams >= 6  # bss, doublesou, gen1ou, oldgens, ou, vgc
+
+
 def test_every_key_declares_its_meaning():
     for name, f, _ann in C.declared_keys():
         assert f.metadata.get("help"), f"{name} has no help text"

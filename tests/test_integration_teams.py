@@ -31,6 +31,7 @@ def _runner(fmt, teams, sampling="uniform"):
 
 POOLS = [("config/bss.yaml", "gen9bssregi", "config/teams/bss", 24),
          ("config/ou.yaml", "gen9ou", "config/teams/ou", 24),
+         ("config/doublesou.yaml", "gen9doublesou", "config/teams/doublesou", 3),
          ("config/gen1ou.yaml", "gen1ou", "config/teams/gen1ou", 12),
          ("config/oldgens.yaml", "gen2ou", "config/teams/gen2ou", 12),
          ("config/oldgens.yaml", "gen3ou", "config/teams/gen3ou", 12),
