@@ -1,5 +1,5 @@
 """Every generation: each one's type chart against the pinned Showdown's own data, the
-formats accepted and refused, gimmick actions (mega, Z-move, dynamax) sent and accepted,
+formats accepted and refused, gimmick actions (mega, Z-move, dynamax, tera) sent and done,
 and every older format played to the end with each baseline on both transports."""
 
 import json
@@ -191,35 +191,55 @@ async def test_every_older_format_plays_to_the_end_with_each_baseline(venue, fmt
     assert agent.stats.fallbacks == 0 and len(agent.live) == 0
 
 
+GIMMICKS = {"mega": (act.MEGA, " mega", "_used_mega_evolve"), "z": (act.ZMOVE, " zmove", "_used_z_move"),
+            "dynamax": (act.DYNAMAX, " dynamax", "_used_dynamax"), "tera": (act.TERA, " terastallize", "_used_tera")}
+
+
 class GimmickAgent(CheckingAgent):
-    """Counts the gimmick actions (mega, Z-move, dynamax) its masks offered and it sent."""
+    """Counts the gimmick actions (mega, Z-move, dynamax, tera) its masks offered, keeps the
+    orders it sent and the battles (poke-env marks a side's gimmick used from Showdown's events)."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.offered = {k: 0 for k in ("mega", "z", "dynamax")}
+        self.offered = {k: 0 for k in GIMMICKS}
+        self.sent: list = []
+        self.battles: dict = {}
 
     async def choose(self, battle, opponent):
         mask = act.action_mask(battle)
-        for k, first in (("mega", act.MEGA), ("z", act.ZMOVE), ("dynamax", act.DYNAMAX)):
+        for k, (first, _, _) in GIMMICKS.items():
             self.offered[k] += bool(mask[first:first + 4].any())
-        return await super().choose(battle, opponent)
+        order = await super().choose(battle, opponent)
+        self.sent.append(order.message)
+        self.battles[self.key(battle)] = battle
+        return order
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("fmt,kinds", [("gen7randombattle", ("mega", "z")), ("gen8randombattle", ("dynamax",))])
-async def test_mega_z_and_dynamax_orders_are_offered_and_accepted(venue, fmt, kinds):
-    """Self-play with an untrained policy: the gimmick actions are offered, sent (a uniform
-    policy picks them often) and Showdown accepts every order."""
-    agent = GimmickAgent(InferencePolicy(nets.build("mlp", hidden_size=32)), BatcherConfig(), record=True,
-                         on_trajectory=lambda t: sent.extend(t.arrays()["actions"].tolist()))
-    sent: list = []
+@pytest.mark.parametrize("fmt,kinds", [("gen6randombattle", ("mega",)), ("gen7randombattle", ("mega", "z")),
+                                       ("gen8randombattle", ("dynamax",)), ("gen9randombattle", ("tera",))])
+async def test_mega_z_dynamax_and_tera_orders_are_offered_sent_and_done(venue, fmt, kinds):
+    """Self-play with an untrained policy leaning to gimmicks: the gimmick actions are
+    offered, chosen, sent as their orders, accepted, and Showdown does them (the battle
+    records the side's gimmick as used); no other gimmick is offered."""
+    import torch
+    net = nets.build("mlp", hidden_size=32)
+    with torch.no_grad():  # a uniform policy may pass up a rare offer (a Z-move) in all 12 battles
+        net.policy_head.bias[act.MEGA:act.PREVIEW] += 3.0
+    agent = GimmickAgent(InferencePolicy(net), BatcherConfig(), record=True,
+                         on_trajectory=lambda t: chosen.extend(t.arrays()["actions"].tolist()))
+    chosen: list = []
     res = await play(agent, venue, 12, opponent="self", concurrency=12, battle_format=fmt)
     await agent.batcher.close()
     assert res.battles == 12
-    firsts = {"mega": act.MEGA, "z": act.ZMOVE, "dynamax": act.DYNAMAX}
-    for k in kinds:
+    for k, (first, word, used) in GIMMICKS.items():
+        if k not in kinds:
+            assert agent.offered[k] == 0, (k, agent.offered)
+            continue
         assert agent.offered[k] > 0, (k, agent.offered)
-        assert any(firsts[k] <= a < firsts[k] + 4 for a in sent), k
+        assert any(first <= a < first + 4 for a in chosen), k
+        assert any(m.endswith(word) for m in agent.sent), (k, [m for m in agent.sent if "move" in m][:5])
+        assert any(getattr(b, used) for b in agent.battles.values()), k
     assert agent.mask_errors == [] and agent.stats.invalid_choices == 0 and agent.stats.fallbacks == 0
 
 
