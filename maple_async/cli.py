@@ -272,11 +272,14 @@ async def _train(cfg, resume: Optional[str]) -> int:
 
 
 def cmd_train(args) -> int:
+    from .learn import checkpoint as ckpt
     cfg = load_config(args)
     resume = args.resume
     if resume == "latest":
         resume = str(Path(cfg.train.run_dir) / "latest.pt")
     print_config(cfg)
+    if resume or cfg.train.init:  # a checkpoint of other generations is refused before Showdown validates teams
+        ckpt.load(resume or cfg.train.init, cfg.runner.battle_format)
     check_teams(cfg, eval_pool=True, many=True)
     return run_async(_train(cfg, resume))
 

@@ -60,6 +60,10 @@ def test_missing_and_mismatched_checkpoints(tmp_path):
     path = t.save_checkpoint()
     with pytest.raises(ckpt.CheckpointError, match="does not fit the configured network"):
         Trainer(_cfg(tmp_path, **{"network.hidden_size": 32}), "cpu", resume=str(path), quiet=True)
+    other = {"network.hidden_size": 32, "train.run_dir": str(tmp_path / "other")}
+    with pytest.raises(ckpt.CheckpointError, match="does not fit the configured network"):
+        Trainer(_cfg(tmp_path, **other, **{"train.init": str(path)}), "cpu", quiet=True)
+    assert not (tmp_path / "other").exists()  # a refused start writes nothing
 
 
 def test_interrupted_write_keeps_previous_checkpoint(tmp_path, monkeypatch):

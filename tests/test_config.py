@@ -25,6 +25,10 @@ def test_defaults_validate():
     ({"runner.battle_format": "randombattle"}, "'runner.battle_format' must name its generation"),
     ({"runner.battle_format": "gen8vgc2020"}, "'gen8vgc2020' is a generation 8 doubles format; doubles are played in generation 9 only"),
     ({"runner.battle_format": "gen4doublesou"}, "generation 4 doubles format"),
+    ({"runner.battle_format": "gen5doublesou"}, "'gen5doublesou' is a generation 5 doubles format"),
+    ({"runner.battle_format": "gen8randomdoublesbattle"}, "'gen8randomdoublesbattle' is a generation 8 doubles"),
+    ({"runner.battle_format": "gen9randombattle,gen9randomdoublesbattle"}, "mixes singles and doubles formats"),
+    ({"runner.battle_format": "gen1ou,gen1ou"}, "lists a format twice"),
     ({"runner.team_sampling": "best"}, "'runner.team_sampling' must be one of"),
     ({"train.checkpoint_every_updates": 0}, "'train.checkpoint_every_updates' must be > 0"),
     ({"train.league_every_updates": 0}, "'train.league_every_updates' must be > 0"),
@@ -82,6 +86,25 @@ def test_shipped_presets_load():
         C.load(p)
 
 
+def test_every_team_preset_evaluates_on_a_held_out_pool_of_its_own():
+    """A preset that trains on shipped teams evaluates on another existing folder, for
+    each format it lists (``{format}`` stands for each)."""
+    from pathlib import Path
+    root = Path(__file__).parent.parent
+    with_teams = 0
+    for p in sorted(root.joinpath("config").glob("*.yaml")):
+        cfg = C.load(p)
+        if not cfg.runner.teams:
+            continue
+        with_teams += 1
+        for fmt in C.formats(cfg.runner.battle_format):
+            one = C.for_format(cfg, fmt)
+            assert one.train.eval_teams, f"{p.name} trains on {one.runner.teams} and sets no train.eval_teams"
+            held, train = (root / one.train.eval_teams).resolve(), (root / one.runner.teams).resolve()
+            assert held.is_dir() and held != train, (p.name, one.train.eval_teams)
+    assert with_teams >= 6  # bss, doublesou, gen1ou, oldgens, ou, vgc
+
+
 def test_every_key_declares_its_meaning():
     for name, f, _ann in C.declared_keys():
         assert f.metadata.get("help"), f"{name} has no help text"
@@ -135,3 +158,36 @@ def test_transport_is_the_simulator_unless_a_server_is_named():
     assert C.transport_of(C.load(None, {"server.transport": "websocket"}).server) == "websocket"
     with pytest.raises(C.ConfigError, match="server.transport is simulator"):
         C.load(None, {"server.url": "http://127.0.0.1:8000", "server.transport": "simulator"})
+
+
+def _train_refused(capsys, run_dir, *args) -> str:
+    """``maple-async train`` with ``args``: exit 2, one error line last on stderr, no run folder."""
+    from maple_async import cli
+    assert cli.main(["train", "--train.run_dir", str(run_dir), *args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err and err[-1].startswith("maple-async: error: "), err
+    assert sum(line.startswith("maple-async: error:") for line in err) == 1 and "Traceback" not in "\n".join(err)
+    assert not run_dir.exists()  # nothing written
+    return err[-1]
+
+
+@pytest.mark.parametrize("fmt,needle", [
+    ("gen9randombattle,gen9randomdoublesbattle", "mixes singles and doubles formats"),
+    ("gen1ou,gen9vgc2025regi", "mixes singles and doubles formats"),
+    ("gen8randomdoublesbattle", "'gen8randomdoublesbattle' is a generation 8 doubles format"),
+    ("gen5doublesou", "'gen5doublesou' is a generation 5 doubles format"),
+])
+def test_train_refuses_a_format_in_one_line_and_writes_nothing(tmp_path, capsys, restore_gc, fmt, needle):
+    assert needle in _train_refused(capsys, tmp_path / "run", "--runner.battle_format", fmt)
+
+
+@pytest.mark.parametrize("start", ["--train.init", "--resume"])
+def test_train_refuses_a_checkpoint_of_another_generation_before_writing(tmp_path, capsys, restore_gc, start):
+    from maple_async.run.loop import LearningLoop
+    small = {"network.hidden_size": 8, "train.tensorboard": False}
+    cfg = C.load(None, {**small, "runner.battle_format": "gen9randombattle", "train.run_dir": str(tmp_path / "gen9")})
+    path = str(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).save_checkpoint())
+    line = _train_refused(capsys, tmp_path / "run", start, path, "--runner.battle_format", "gen4randombattle",
+                          *(f"--{k}={v}" for k, v in small.items()))
+    assert line == (f"maple-async: error: checkpoint {path} was trained on generation 9 (gen9randombattle) and "
+                    f"gen4randombattle is generation 4: train one on that generation")

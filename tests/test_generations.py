@@ -1,5 +1,5 @@
 """Every generation: each one's type chart against the pinned Showdown's own data, the
-formats accepted and refused, gimmick actions (mega, Z-move, dynamax) sent and accepted,
+formats accepted and refused, gimmick actions (mega, Z-move, dynamax, tera) sent and done,
 and every older format played to the end with each baseline on both transports."""
 
 import json
@@ -97,6 +97,55 @@ def test_stat_estimates_follow_the_generation():
     assert enc._stats(None, base, 100, 1) == [403.0] + [298.0] * 5  # DVs 15, full stat experience
 
 
+def _battle_from_request(gen, species, moves, item, ability):
+    """A battle of ``gen`` read from a Showdown request of that generation (its fields as
+    Showdown writes them: item '' in gen 1, baseAbility 'noability' in gens 1-2)."""
+    import logging
+
+    from poke_env.battle import Battle, Pokemon
+    b = Battle(f"battle-gen{gen}randombattle-1", "me", logging.getLogger("test"), gen=gen)
+    b._player_role = "p1"
+    mon = {"ident": f"p1: {species}", "details": f"{species}, L80", "condition": "250/250", "active": True,
+           "stats": {"atk": 180, "def": 180, "spa": 180, "spd": 180, "spe": 180}, "moves": moves,
+           "baseAbility": ability, "item": item, "pokeball": "pokeball"}
+    b.parse_request({"active": [{"moves": [{"move": m, "id": m, "pp": 16, "maxpp": 16, "target": "normal",
+                                            "disabled": False} for m in moves]}],
+                     "side": {"name": "me", "id": "p1", "pokemon": [mon]}})
+    foe = Pokemon(gen=gen, species="gengar")  # one possible ability: poke-env sets it from gen 3
+    foe._active = True
+    b._opponent_team = {"p2: Gengar": foe}
+    return b
+
+
+def test_physical_or_special_by_type_before_gen_4():
+    """Fire Punch and Shadow Ball: by their type in gen 3 (Fire special, Ghost physical),
+    by their own category from gen 4 (the split)."""
+    def categories(gen):
+        obs = enc.encode(_battle_from_request(gen, "Gengar", ["firepunch", "shadowball"], "leftovers", "levitate"))
+        cat = enc.MOVES + enc.M_CATEGORY
+        return [int(np.argmax(obs[cat + j * enc.MOVE_DIM:cat + j * enc.MOVE_DIM + 3])) for j in range(2)]
+    physical, special = enc.CATEGORY_INDEX[enc.MoveCategory.PHYSICAL], enc.CATEGORY_INDEX[enc.MoveCategory.SPECIAL]
+    assert categories(3) == [special, physical]
+    assert categories(4) == [physical, special]
+
+
+def test_no_items_in_gen_1_and_no_abilities_before_gen_3():
+    """What the game lacks stays zero, for both sides: Showdown's gen 1 request says item ''
+    (no item) and gens 1-2 say ability 'noability', which would otherwise read as "no item"
+    and "another ability"."""
+    def held(gen, item, ability):
+        obs = enc.encode(_battle_from_request(gen, "Tauros", ["bodyslam"], item, ability))
+        items, abilities = [], []
+        for base in (enc.OWN_TEAM, enc.OPP_TEAM):
+            items.append(obs[base + enc.P_ITEM:base + enc.P_ABILITY].any())
+            abilities.append(obs[base + enc.P_ABILITY:base + enc.P_ABILITY_OTHER + 1].any())
+        return items, abilities
+    assert held(1, "", "noability") == ([False, False], [False, False])
+    assert held(2, "leftovers", "noability") == ([True, False], [False, False])
+    assert held(3, "leftovers", "intimidate") == ([True, False], [True, True])  # the slots are read from gen 3
+    assert held(3, "", "intimidate")[0] == [True, False]  # "no item" where the game has items
+
+
 @pytest.mark.parametrize("fmt", RANDOM + OU + ["gen9randombattle", "gen5uu", "gen7ubers"])
 def test_every_generations_singles_formats_are_accepted(fmt):
     assert C.load(None, {"runner.battle_format": fmt}).runner.battle_format == fmt
@@ -142,35 +191,55 @@ async def test_every_older_format_plays_to_the_end_with_each_baseline(venue, fmt
     assert agent.stats.fallbacks == 0 and len(agent.live) == 0
 
 
+GIMMICKS = {"mega": (act.MEGA, " mega", "_used_mega_evolve"), "z": (act.ZMOVE, " zmove", "_used_z_move"),
+            "dynamax": (act.DYNAMAX, " dynamax", "_used_dynamax"), "tera": (act.TERA, " terastallize", "_used_tera")}
+
+
 class GimmickAgent(CheckingAgent):
-    """Counts the gimmick actions (mega, Z-move, dynamax) its masks offered and it sent."""
+    """Counts the gimmick actions (mega, Z-move, dynamax, tera) its masks offered, keeps the
+    orders it sent and the battles (poke-env marks a side's gimmick used from Showdown's events)."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.offered = {k: 0 for k in ("mega", "z", "dynamax")}
+        self.offered = {k: 0 for k in GIMMICKS}
+        self.sent: list = []
+        self.battles: dict = {}
 
     async def choose(self, battle, opponent):
         mask = act.action_mask(battle)
-        for k, first in (("mega", act.MEGA), ("z", act.ZMOVE), ("dynamax", act.DYNAMAX)):
+        for k, (first, _, _) in GIMMICKS.items():
             self.offered[k] += bool(mask[first:first + 4].any())
-        return await super().choose(battle, opponent)
+        order = await super().choose(battle, opponent)
+        self.sent.append(order.message)
+        self.battles[self.key(battle)] = battle
+        return order
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("fmt,kinds", [("gen7randombattle", ("mega", "z")), ("gen8randombattle", ("dynamax",))])
-async def test_mega_z_and_dynamax_orders_are_offered_and_accepted(venue, fmt, kinds):
-    """Self-play with an untrained policy: the gimmick actions are offered, sent (a uniform
-    policy picks them often) and Showdown accepts every order."""
-    agent = GimmickAgent(InferencePolicy(nets.build("mlp", hidden_size=32)), BatcherConfig(), record=True,
-                         on_trajectory=lambda t: sent.extend(t.arrays()["actions"].tolist()))
-    sent: list = []
+@pytest.mark.parametrize("fmt,kinds", [("gen6randombattle", ("mega",)), ("gen7randombattle", ("mega", "z")),
+                                       ("gen8randombattle", ("dynamax",)), ("gen9randombattle", ("tera",))])
+async def test_mega_z_dynamax_and_tera_orders_are_offered_sent_and_done(venue, fmt, kinds):
+    """Self-play with an untrained policy leaning to gimmicks: the gimmick actions are
+    offered, chosen, sent as their orders, accepted, and Showdown does them (the battle
+    records the side's gimmick as used); no other gimmick is offered."""
+    import torch
+    net = nets.build("mlp", hidden_size=32)
+    with torch.no_grad():  # a uniform policy may pass up a rare offer (a Z-move) in all 12 battles
+        net.policy_head.bias[act.MEGA:act.PREVIEW] += 3.0
+    agent = GimmickAgent(InferencePolicy(net), BatcherConfig(), record=True,
+                         on_trajectory=lambda t: chosen.extend(t.arrays()["actions"].tolist()))
+    chosen: list = []
     res = await play(agent, venue, 12, opponent="self", concurrency=12, battle_format=fmt)
     await agent.batcher.close()
     assert res.battles == 12
-    firsts = {"mega": act.MEGA, "z": act.ZMOVE, "dynamax": act.DYNAMAX}
-    for k in kinds:
+    for k, (first, word, used) in GIMMICKS.items():
+        if k not in kinds:
+            assert agent.offered[k] == 0, (k, agent.offered)
+            continue
         assert agent.offered[k] > 0, (k, agent.offered)
-        assert any(firsts[k] <= a < firsts[k] + 4 for a in sent), k
+        assert any(first <= a < first + 4 for a in chosen), k
+        assert any(m.endswith(word) for m in agent.sent), (k, [m for m in agent.sent if "move" in m][:5])
+        assert any(getattr(b, used) for b in agent.battles.values()), k
     assert agent.mask_errors == [] and agent.stats.invalid_choices == 0 and agent.stats.fallbacks == 0
 
 

@@ -31,6 +31,7 @@ def _runner(fmt, teams, sampling="uniform"):
 
 POOLS = [("config/bss.yaml", "gen9bssregi", "config/teams/bss", 24),
          ("config/ou.yaml", "gen9ou", "config/teams/ou", 24),
+         ("config/doublesou.yaml", "gen9doublesou", "config/teams/doublesou", 3),
          ("config/gen1ou.yaml", "gen1ou", "config/teams/gen1ou", 12),
          ("config/oldgens.yaml", "gen2ou", "config/teams/gen2ou", 12),
          ("config/oldgens.yaml", "gen3ou", "config/teams/gen3ou", 12),
@@ -87,7 +88,8 @@ Jolly Nature
 """
 
 
-@pytest.mark.parametrize("case", ["invalid", "malformed", "missing", "no-teams", "random-with-teams"])
+@pytest.mark.parametrize("case", ["invalid", "malformed", "missing", "no-teams", "random-with-teams",
+                                  "unknown-format", "wrong-generation"])
 def test_team_problems_stop_the_run_with_one_line(tmp_path, case):
     path = tmp_path / "teams.txt"
     fmt, needle = "gen9ou", None
@@ -101,15 +103,25 @@ def test_team_problems_stop_the_run_with_one_line(tmp_path, case):
         needle = rf"teams path {re.escape(str(path))} does not exist"
     elif case == "no-teams":
         needle = "'gen9ou' is a team format: give teams with --runner.teams"
+    elif case == "unknown-format":
+        fmt = "gen4nosuchformat"
+        needle = "runner.battle_format 'gen4nosuchformat' is not a format of the pinned Showdown"
+    elif case == "wrong-generation":  # a shipped gen9 OU team: Showdown's gen 1 reason, its file and its name
+        fmt, path = "gen1ou", "config/teams/ou/aurora-veil-offense.txt"
+        needle = (rf"{re.escape(path)}: team 'Aurora Veil Offense' is not legal in gen1ou: "
+                  r".*does not exist in Gen 1")
     else:
         fmt, path = "gen9randombattle", "config/teams/ou"
         needle = "'gen9randombattle' builds random teams: remove the teams"
-    args = ["--runner.battle_format", fmt] + ([] if case == "no-teams" else ["--runner.teams", str(path)])
-    p = run_cli("train", "--config", "config/test.yaml", *args, timeout=120)
+    teams = [] if case in ("no-teams", "unknown-format") else ["--runner.teams", str(path)]
+    args = ["--runner.battle_format", fmt] + teams
+    run_dir = tmp_path / "run"
+    p = run_cli("train", "--config", "config/test.yaml", "--train.run_dir", str(run_dir), *args, timeout=120)
     err = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert re.search(needle, err[0]), err[0]
+    assert err[0].startswith("maple-async: error: ") and re.search(needle, err[0]), err[0]
     assert "[train]" not in p.stdout  # stopped before any battle
+    assert not run_dir.exists()  # nothing written
 
 
 async def test_concurrent_bss_battles_with_a_learned_team_preview(venue):

@@ -82,19 +82,21 @@ def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
 
 
 def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url, tmp_path):
-    """Battles of both listed formats run in one process through one network; the final
-    evaluation and eval report each format's rows; a checkpoint is refused in a generation
+    """Battles of both listed formats run in one process through one network, each format
+    with its own lanes of the mix (the league's included); the final evaluation and eval
+    report each format's rows; a checkpoint is refused in a generation
     it never saw, and a command that plays one format refuses the list."""
     import json
     run_dir = tmp_path / "run"
     both = "gen1randombattle,gen4randombattle"
     p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
-                "--runner.battle_format", both, "--train.opponents", "self:0.5,random:0.5",
+                "--runner.battle_format", both, "--train.opponents", "self:0.4,league:0.2,random:0.4",
                 "--train.eval_battles", "4", "--train.eval_opponents", "random", "--train.replay_every", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     lanes = next(line for line in p.stdout.splitlines() if "[train] lanes:" in line)
-    for lane in ("gen1randombattle:self", "gen1randombattle:random", "gen4randombattle:self", "gen4randombattle:random"):
-        assert lane in lanes, lanes
+    for fmt in ("gen1randombattle", "gen4randombattle"):  # each opponent kind per format, the league's too
+        for kind in ("self", "league", "random"):
+            assert f"{fmt}:{kind} (concurrency " in lanes, lanes
     rows = json.loads((run_dir / "eval.json").read_text())["results"]
     assert [(r["player"], r["battles"]) for r in rows] == [("agent [gen1randombattle]", 4), ("agent [gen4randombattle]", 4)]
 

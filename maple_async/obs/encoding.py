@@ -48,8 +48,8 @@ team preview, picks left at team preview / 6, can mega evolve, can use a Z-move,
 dynamax, opponent can still dynamax, own and opponent dynamax turns left / 3, and the
 generation one-hot (9: gen 1 ... gen 9).
 
-One layout for every generation: what a generation lacks stays zero (gen 1: items and
-abilities unknown; gens 1-8: tera) and what it has is read as the game has it: the
+One layout for every generation: what a generation lacks stays zero (gen 1: items; gens
+1-2: abilities; gens 1-8: tera) and what it has is read as the game has it: the
 derived columns use the battle's own generation's type chart (gen 1: Ghost does nothing
 to Psychic, Bug and Poison hit each other super-effectively; Steel resists Ghost and Dark
 until gen 6), poke-env's moves and Pokédex of that generation give move types, powers,
@@ -297,15 +297,18 @@ def _poke_static(mon, r: tuple) -> tuple[memoryview, tuple, list]:
     if tz:
         row[P_TERASTALLIZED] = 1.0
     row[P_LEVEL] = level / 100.0
-    stats = _stats(known, base, level, mon._gen)
+    gen = mon._gen
+    stats = _stats(known, base, level, gen)
     row[P_STATS:P_STATS + len(STATS)] = stats
     row[P_STATS:P_STATS + len(STATS)] /= 400.0
     row[P_IN_BATTLE] = 1.0
-    if item == "" or item is None:
-        row[P_ITEM_NONE] = 1.0
-    elif item != _UNKNOWN_ITEM:
-        row[P_ITEM + ITEM_INDEX.get(item, len(ITEMS))] = 1.0
-    if ability:
+    # Showdown's requests say item '' in gen 1 and ability 'noability' in gens 1-2: the game has none, left zero
+    if gen >= 2:
+        if item == "" or item is None:
+            row[P_ITEM_NONE] = 1.0
+        elif item != _UNKNOWN_ITEM:
+            row[P_ITEM + ITEM_INDEX.get(item, len(ITEMS))] = 1.0
+    if ability and gen >= 3:
         row[P_ABILITY + ABILITY_INDEX.get(ability, len(ABILITIES))] = 1.0
     for move in mon.moves.values():
         mtype = _move_type(move)

@@ -38,7 +38,6 @@ class LearningLoop:
         self.quiet = quiet
         self.handle_signals = handle_signals
         self.run_dir = Path(cfg.train.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.mix = parse_opponent_mix(cfg.train.opponents)
         est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
         self.learner = Learner(nets.for_config(cfg), cfg.ppo, device, total_updates=est_updates)
@@ -49,6 +48,7 @@ class LearningLoop:
         self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
         if resume:
             self._resume(resume)
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # only once the checkpoint it starts from fits
         (self.run_dir / "config.yaml").write_text(cfg.to_yaml())  # after a resume's checks
         # the training-time slot of the last weights-only snapshot (one per snapshot_minutes)
         period = cfg.train.snapshot_minutes * 60.0
