@@ -265,6 +265,39 @@ def test_a_face_whose_recv_times_out_returns_padding_and_says_so(showdown_url):
         env.close()
 
 
+def test_the_sb3_face_says_when_its_recv_timed_out(showdown_url):
+    """docs/env.md: a step (or a reset) after ``recv_timeout_s`` with nothing is all
+    padding, and SB3 users see it as ``infos[i]["timed_out"]`` (``reset_infos`` for a reset)."""
+    venv = make_sb3_vec_env(num_battles=2, server=showdown_url, recv_timeout_s=1.0)
+    try:
+        venv.reset()
+        eng = venv.pool._engine
+        eng.call(venv.pool.agent.batcher.pause, True)  # nothing is flushed: recv times out
+        rng = np.random.default_rng(6)
+        timed_out = False
+        for _ in range(10):
+            _obs, reward, dones, infos = venv.step(random_legal(venv.action_masks(), rng))
+            if infos[0].get("timed_out"):
+                timed_out = True
+                assert all(d.get("timed_out") is True for d in infos)
+                assert not venv.is_active.any() and not dones.any() and not reward.any()
+                assert (venv.action_masks().sum(axis=1) == 1).all()
+                break
+            assert not any("timed_out" in d for d in infos)
+        assert timed_out
+        venv.reset()  # still paused: the reset's first step times out too, and says so
+        assert all(d.get("timed_out") is True for d in venv.reset_infos)
+        assert not venv.is_active.any()
+        eng.call(venv.pool.agent.batcher.pause, False)
+        for _ in range(30):  # the new battles come
+            _obs, reward, dones, infos = venv.step(np.zeros(venv.num_envs, dtype=np.int64))
+            if venv.is_active.any():
+                break
+        assert venv.is_active.any() and not any("timed_out" in d for d in infos)
+    finally:
+        venv.close()
+
+
 def test_a_forgotten_pool_is_collected_and_stops_its_thread_and_processes():
     before, others = pool_threads(), node_children()  # (the session's server too)
     pool = BattlePool(num_battles=2, **{"server.transport": "simulator", "server.simulators": 1})
