@@ -5,6 +5,7 @@ the synchronous faces' decision clock. On a real local Showdown."""
 
 import asyncio
 import gc
+import hashlib
 import os
 import threading
 import time
@@ -161,6 +162,69 @@ def test_reset_with_a_seed_repeats_the_battles_on_the_simulator_transport(fmt, t
         a = _battles_of(pool, 11, 4)
         b = _battles_of(pool, 11, 4)
         c = _battles_of(pool, 12, 4)
+    assert a == b
+    assert a != c
+
+
+def _face_battles(env, seed, n_sides=4):
+    """:func:`_battles_of` through a synchronous face: ``reset(seed=seed)`` (Gymnasium) or
+    ``seed(seed)`` then ``reset()`` (SB3; ``seed=None``: no ``seed()`` call), then each
+    finished side's active observations per slot (one battle in flight: slot i is one side),
+    as a digest, its number of steps and its outcome."""
+    gym = not hasattr(env, "action_masks")
+    if gym:
+        obs, info = env.reset(seed=seed)
+        x, masks, active = obs["observation"], obs["action_mask"], info["is_active"]
+    else:
+        if seed is not None:
+            env.seed(seed)
+        x = env.reset()
+        masks, active = env.action_masks(), env.is_active
+    seqs = [[x[i].tobytes()] if active[i] else [] for i in range(env.num_envs)]
+    done = []
+    t0 = time.monotonic()
+    while len(done) < n_sides:
+        assert time.monotonic() - t0 < 240
+        if gym:
+            obs, _rew, term, trunc, info = env.step(first_move(masks))
+            x, masks, active = obs["observation"], obs["action_mask"], info["is_active"]
+            ended, outcomes = term | trunc, info["outcome"]
+        else:
+            x, _rew, ended, infos = env.step(first_move(masks))
+            masks, active = env.action_masks(), env.is_active
+            outcomes = [d.get("outcome", "") for d in infos]
+        for i in np.flatnonzero(active):
+            seqs[i].append(x[i].tobytes())  # (a terminal step: its last observation)
+        for i in np.flatnonzero(ended):
+            done.append(f"{hashlib.sha256(b''.join(seqs[i])).hexdigest()[:16]} {len(seqs[i])} {outcomes[i]}")
+            seqs[i] = []
+    return sorted(done)[:n_sides]
+
+
+@pytest.mark.parametrize("face", ["gym", "sb3"])
+def test_a_faces_seeded_reset_repeats_the_battles_on_the_simulator_transport(face):
+    """docs/env.md: reset(seed=S) (Gymnasium) and VecEnv.seed(S) then reset() (SB3) seed
+    the new battles; SB3's seed() seeds the next reset() only."""
+    where = {"server.transport": "simulator", "server.simulators": 1}
+    if face == "gym":
+        env = make_vector_env(num_battles=1, **where)
+        try:
+            with pytest.raises(ValueError, match="one int"):
+                env.reset(seed=[11, 12])
+            a = _face_battles(env, 11)
+            b = _face_battles(env, 11)
+            c = _face_battles(env, 12)
+        finally:
+            env.close()
+    else:
+        env = make_sb3_vec_env(num_battles=1, **where)
+        try:
+            a = _face_battles(env, 11)
+            b = _face_battles(env, 11)
+            c = _face_battles(env, None)  # the seed was used up by the previous reset()
+        finally:
+            env.close()
+    assert len(a) == 4
     assert a == b
     assert a != c
 
