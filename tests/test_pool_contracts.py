@@ -229,12 +229,19 @@ def test_a_faces_seeded_reset_repeats_the_battles_on_the_simulator_transport(fac
     assert a != c
 
 
-def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url):
+@pytest.mark.parametrize("transport", ["websocket", "simulator"])
+def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url, transport):
     rng = np.random.default_rng(3)
-    venv = make_sb3_vec_env(num_battles=4, server=showdown_url)
+    others = node_children()  # (the session's server and its workers)
+    where = {"server": showdown_url} if transport == "websocket" else \
+        {"server.transport": "simulator", "server.simulators": 2}
+    venv = make_sb3_vec_env(num_battles=4, **where)
     try:
         venv.reset()
         threads, rss = threading.active_count(), []
+        nodes = len(node_children())  # (with the server's workers, started by the first battles)
+        if transport == "simulator":
+            assert len(node_children() - others) >= 2  # the pool's two simulators
         tasks = None
         for i in range(20):
             for _ in range(5):
@@ -247,6 +254,7 @@ def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url):
             tasks = count if tasks is None else tasks
             assert count <= tasks, f"tasks grow with resets: {tasks} -> {count}"
         assert threading.active_count() <= threads
+        assert len(node_children()) == nodes, "Node processes grow with resets"
         print(f"rss first {rss[0] / 2**20:.1f} MiB, last {rss[-1] / 2**20:.1f} MiB")
         assert rss[-1] <= rss[0] * 1.10
     finally:
