@@ -370,6 +370,30 @@ def test_the_sb3_face_says_when_its_recv_timed_out(showdown_url):
         venv.close()
 
 
+def test_caller_think_time_past_the_battle_timeout_forfeits_nothing():
+    """The watchdog measures Showdown's silence only: a caller that holds its slots for
+    three battle timeouts, three times, loses no battle, and the battles finish."""
+    rng = np.random.default_rng(11)
+    with BattlePool(num_battles=2, **{"server.transport": "simulator", "server.simulators": 1,
+                                      "runner.battle_timeout_s": 2.0}) as pool:
+        ended = []
+        t0 = time.monotonic()
+        steps = 0
+        while len(ended) < 8:
+            assert time.monotonic() - t0 < 300
+            obs, rew, term, trunc, info = pool.recv(timeout=60)
+            assert not trunc.any() and not info["abandoned"].any()
+            ended += [o for o, t in zip(info["outcome"].tolist(), term.tolist()) if t]
+            if steps in (0, 10, 40):  # a battle's start and middles: well past the 2 s timeout
+                time.sleep(6.0)
+            steps += 1
+            pool.send(random_legal(obs["action_mask"], rng), info["env_id"])
+        stats = pool.stats
+    assert set(ended) <= {"won", "lost", "tie"}
+    assert stats["abandoned"] == 0
+    assert stats["battles"] >= 8
+
+
 def test_a_forgotten_pool_is_collected_and_stops_its_thread_and_processes():
     before, others = pool_threads(), node_children()  # (the session's server too)
     pool = BattlePool(num_battles=2, **{"server.transport": "simulator", "server.simulators": 1})
