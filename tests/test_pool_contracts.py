@@ -357,11 +357,17 @@ def test_the_sb3_face_says_when_its_recv_timed_out(showdown_url):
                 break
             assert not any("timed_out" in d for d in infos)
         assert timed_out
+        batcher, t0 = venv.pool.agent.batcher, time.monotonic()
+        while batcher.pending < venv.num_envs and time.monotonic() - t0 < 30:
+            time.sleep(0.2)  # every side's next request waits in the paused batcher: stale after the reset
+        print(f"requests in the paused batcher at the reset: {batcher.pending}")
+        venv.pool.recv_timeout_s = 15.0  # (it bounds the reset too: paused, it waits out the 10 s forfeit grace)
         venv.reset()  # still paused: the reset's first step times out too, and says so
+        venv.pool.recv_timeout_s = 1.0
         assert all(d.get("timed_out") is True for d in venv.reset_infos)
         assert not venv.is_active.any()
         eng.call(venv.pool.agent.batcher.pause, False)
-        for _ in range(30):  # the new battles come
+        for _ in range(30):  # the new battles come (the stale requests took no battle index)
             _obs, reward, dones, infos = venv.step(np.zeros(venv.num_envs, dtype=np.int64))
             if venv.is_active.any():
                 break
