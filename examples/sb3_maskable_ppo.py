@@ -70,7 +70,8 @@ def parse_args():
     p.add_argument("--clock", default="decision", choices=("decision", "flush"),
                    help="the face's step: every side with a decision, or the pool's flush-rule batch")
     p.add_argument("--total-steps", type=int, default=0,
-                   help="stop after this many env steps (all slots, padding included; 0: only the time limit)")
+                   help="env steps to train (all slots, padding included), split over the chunks as --minutes is "
+                        "(each learn() runs whole rollouts); 0: only the time limit")
     p.add_argument("--num-battles", type=int, default=32, help="battles in flight (self-play: 2 envs each)")
     p.add_argument("--opponent", default="self", help="self, random, max_power or heuristics")
     p.add_argument("--seed", type=int, default=1)
@@ -103,12 +104,13 @@ def main(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     budget = args.minutes * 60.0
     trained = [0.0]  # learn() seconds so far (evaluation between chunks is not training time)
+    stepped = [0]  # env steps so far, over every chunk (SB3's progress is one learn() call's)
 
     def lr_schedule(progress_remaining: float) -> float:
         """Linear decay to 5% over the time budget or --total-steps, whichever ends first."""
         frac = 1.0 - trained[0] / budget
         if args.total_steps:
-            frac = min(frac, progress_remaining)
+            frac = min(frac, 1.0 - stepped[0] / args.total_steps)
         return args.lr * max(0.05, frac)
 
     class Progress(BaseCallback):
@@ -126,6 +128,7 @@ def main(args) -> None:
 
         def _on_step(self) -> bool:
             trained[0] = self.base + time.time() - self.t0
+            stepped[0] = self.num_timesteps
             self.decisions += sum(i["is_active"] and "outcome" not in i for i in self.locals["infos"])
             for info in self.locals["infos"]:
                 outcome = info.get("outcome")
@@ -151,9 +154,10 @@ def main(args) -> None:
                             gae_lambda=0.95, ent_coef=args.ent_coef, clip_range=0.2,
                             policy_kwargs=dict(net_arch=dict(pi=[256, 128], vf=[256, 128])),
                             seed=args.seed, device="cpu", verbose=0)
-        total = args.total_steps or 10 ** 12
+        per_chunk = -(-args.total_steps // args.chunks) if args.total_steps else 10 ** 12
         for chunk in range(args.chunks):
-            model.learn(total_timesteps=total, callback=Progress(budget * (chunk + 1) / args.chunks),
+            # reset_num_timesteps=False: SB3 counts on, and this learn() runs per_chunk more steps
+            model.learn(total_timesteps=per_chunk, callback=Progress(budget * (chunk + 1) / args.chunks),
                         reset_num_timesteps=chunk == 0)
             if chunk + 1 < args.chunks and args.between_episodes:
                 t0 = time.time()
@@ -162,8 +166,6 @@ def main(args) -> None:
                 print(f"[sb3] chunk {chunk + 1}/{args.chunks}: evaluate_policy over {len(rewards)} battle sides: "
                       f"mean reward {np.mean(rewards):+.3f}, mean length {np.mean(lengths):.1f} steps "
                       f"({time.time() - t0:.0f}s)", flush=True)
-            if args.total_steps and model.num_timesteps >= args.total_steps:
-                break
         model.save(path)
     finally:
         venv.close()

@@ -52,8 +52,14 @@ def test_cleanrl_lstm_ppo(tmp_path, monkeypatch):
 @pytest.mark.integration
 def test_sb3_maskable_ppo(tmp_path, monkeypatch):
     pytest.importorskip("sb3_contrib")
-    out = _run("sb3_maskable_ppo.py", "--total-steps", "512", "--num-battles", "8", "--eval-battles", "4",
+    # two chunks of one rollout each (4 battles, 8 envs, 16 steps each): learn, evaluate_policy, learn
+    out = _run("sb3_maskable_ppo.py", "--chunks", "2", "--total-steps", "256", "--num-battles", "4",
+               "--n-steps", "16", "--batch-size", "64", "--between-episodes", "4", "--eval-battles", "4",
                "--out", str(tmp_path))
+    first, between, second = out.partition("[sb3] chunk 1/2: evaluate_policy over")
+    assert between, out
+    assert "[sb3] env steps 128 |" in first and "[sb3] env steps 256 |" in second
+    assert "[sb3] 256 env steps in" in second and f"saved {tmp_path / 'model.zip'}" in second
     assert "[eval] sb3_maskable vs random (outside policy): win rate" in out
     assert "[eval] sb3_maskable vs max_power (outside policy): win rate" in out
     assert (tmp_path / "model.zip").is_file()

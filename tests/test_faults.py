@@ -1,10 +1,12 @@
 """Fault handling: a simulator process that exits with battles' ends still unread, decisions
-held on our side (not Showdown's silence), and a battle whose first request fails."""
+held on our side (not Showdown's silence), a battle whose first request fails, and a pool's
+decision flushed after its battle was gone."""
 
 import asyncio
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from maple_async import simulator
@@ -204,3 +206,29 @@ async def test_a_battle_whose_first_request_fails_frees_its_slot(venue, monkeypa
         await agent.batcher.close()
     assert failed and res.battles == 4
     assert len(agent.live) == 0 and len(agent.hidden) == 0
+
+
+# -- D: a pool's decision flushed after its battle was abandoned -----------------------------
+
+async def test_a_stale_decision_takes_no_battle_index_in_a_pool():
+    """A request still in the batcher when its battle was abandoned (a reset while the
+    batcher was paused, the watchdog) is flushed later: it must not take a battle index,
+    or with every index taken so the next battles wait forever."""
+    from maple_async.env.pool import _Slots
+    from maple_async.inference.batcher import _Request
+    loop = asyncio.get_running_loop()
+
+    def request(key):
+        return _Request(key, 0, np.zeros(4, np.float32), np.ones(32, bool), loop.create_future(), 0.0)
+
+    delivered = []
+    slots = _Slots(1, 2, delivered.append, lambda seq: None)
+    new = _live(0.0)
+    slots.agent = SimpleNamespace(live={("new", "p1"): new})
+    stale = request(("old", "p1"))  # its side is no longer live
+    slots.handoff([stale])
+    assert stale.future.done() and stale.future.result().action == -1  # released: it sends nothing
+    assert list(slots.free) == [0] and not slots.battle_of and not delivered
+    new.battle = SimpleNamespace(force_switch=False)
+    slots.handoff([request(("new", "p1"))])
+    assert [(r.battle_tag, r.side) for r in delivered] == [("new", "p1")]

@@ -5,6 +5,7 @@ the synchronous faces' decision clock. On a real local Showdown."""
 
 import asyncio
 import gc
+import hashlib
 import os
 import threading
 import time
@@ -165,12 +166,82 @@ def test_reset_with_a_seed_repeats_the_battles_on_the_simulator_transport(fmt, t
     assert a != c
 
 
-def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url):
+def _face_battles(env, seed, n_sides=4):
+    """:func:`_battles_of` through a synchronous face: ``reset(seed=seed)`` (Gymnasium) or
+    ``seed(seed)`` then ``reset()`` (SB3; ``seed=None``: no ``seed()`` call), then each
+    finished side's active observations per slot (one battle in flight: slot i is one side),
+    as a digest, its number of steps and its outcome."""
+    gym = not hasattr(env, "action_masks")
+    if gym:
+        obs, info = env.reset(seed=seed)
+        x, masks, active = obs["observation"], obs["action_mask"], info["is_active"]
+    else:
+        if seed is not None:
+            env.seed(seed)
+        x = env.reset()
+        masks, active = env.action_masks(), env.is_active
+    seqs = [[x[i].tobytes()] if active[i] else [] for i in range(env.num_envs)]
+    done = []
+    t0 = time.monotonic()
+    while len(done) < n_sides:
+        assert time.monotonic() - t0 < 240
+        if gym:
+            obs, _rew, term, trunc, info = env.step(first_move(masks))
+            x, masks, active = obs["observation"], obs["action_mask"], info["is_active"]
+            ended, outcomes = term | trunc, info["outcome"]
+        else:
+            x, _rew, ended, infos = env.step(first_move(masks))
+            masks, active = env.action_masks(), env.is_active
+            outcomes = [d.get("outcome", "") for d in infos]
+        for i in np.flatnonzero(active):
+            seqs[i].append(x[i].tobytes())  # (a terminal step: its last observation)
+        for i in np.flatnonzero(ended):
+            done.append(f"{hashlib.sha256(b''.join(seqs[i])).hexdigest()[:16]} {len(seqs[i])} {outcomes[i]}")
+            seqs[i] = []
+    return sorted(done)[:n_sides]
+
+
+@pytest.mark.parametrize("face", ["gym", "sb3"])
+def test_a_faces_seeded_reset_repeats_the_battles_on_the_simulator_transport(face):
+    """docs/env.md: reset(seed=S) (Gymnasium) and VecEnv.seed(S) then reset() (SB3) seed
+    the new battles; SB3's seed() seeds the next reset() only."""
+    where = {"server.transport": "simulator", "server.simulators": 1}
+    if face == "gym":
+        env = make_vector_env(num_battles=1, **where)
+        try:
+            with pytest.raises(ValueError, match="one int"):
+                env.reset(seed=[11, 12])
+            a = _face_battles(env, 11)
+            b = _face_battles(env, 11)
+            c = _face_battles(env, 12)
+        finally:
+            env.close()
+    else:
+        env = make_sb3_vec_env(num_battles=1, **where)
+        try:
+            a = _face_battles(env, 11)
+            b = _face_battles(env, 11)
+            c = _face_battles(env, None)  # the seed was used up by the previous reset()
+        finally:
+            env.close()
+    assert len(a) == 4
+    assert a == b
+    assert a != c
+
+
+@pytest.mark.parametrize("transport", ["websocket", "simulator"])
+def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url, transport):
     rng = np.random.default_rng(3)
-    venv = make_sb3_vec_env(num_battles=4, server=showdown_url)
+    others = node_children()  # (the session's server and its workers)
+    where = {"server": showdown_url} if transport == "websocket" else \
+        {"server.transport": "simulator", "server.simulators": 2}
+    venv = make_sb3_vec_env(num_battles=4, **where)
     try:
         venv.reset()
         threads, rss = threading.active_count(), []
+        nodes = len(node_children())  # (with the server's workers, started by the first battles)
+        if transport == "simulator":
+            assert len(node_children() - others) >= 2  # the pool's two simulators
         tasks = None
         for i in range(20):
             for _ in range(5):
@@ -183,6 +254,7 @@ def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url):
             tasks = count if tasks is None else tasks
             assert count <= tasks, f"tasks grow with resets: {tasks} -> {count}"
         assert threading.active_count() <= threads
+        assert len(node_children()) == nodes, "Node processes grow with resets"
         print(f"rss first {rss[0] / 2**20:.1f} MiB, last {rss[-1] / 2**20:.1f} MiB")
         assert rss[-1] <= rss[0] * 1.10
     finally:
@@ -263,6 +335,69 @@ def test_a_face_whose_recv_times_out_returns_padding_and_says_so(showdown_url):
         assert info["is_active"].any()
     finally:
         env.close()
+
+
+def test_the_sb3_face_says_when_its_recv_timed_out(showdown_url):
+    """docs/env.md: a step (or a reset) after ``recv_timeout_s`` with nothing is all
+    padding, and SB3 users see it as ``infos[i]["timed_out"]`` (``reset_infos`` for a reset)."""
+    venv = make_sb3_vec_env(num_battles=2, server=showdown_url, recv_timeout_s=1.0)
+    try:
+        venv.reset()
+        eng = venv.pool._engine
+        eng.call(venv.pool.agent.batcher.pause, True)  # nothing is flushed: recv times out
+        rng = np.random.default_rng(6)
+        timed_out = False
+        for _ in range(10):
+            _obs, reward, dones, infos = venv.step(random_legal(venv.action_masks(), rng))
+            if infos[0].get("timed_out"):
+                timed_out = True
+                assert all(d.get("timed_out") is True for d in infos)
+                assert not venv.is_active.any() and not dones.any() and not reward.any()
+                assert (venv.action_masks().sum(axis=1) == 1).all()
+                break
+            assert not any("timed_out" in d for d in infos)
+        assert timed_out
+        batcher, t0 = venv.pool.agent.batcher, time.monotonic()
+        while batcher.pending < venv.num_envs and time.monotonic() - t0 < 30:
+            time.sleep(0.2)  # every side's next request waits in the paused batcher: stale after the reset
+        print(f"requests in the paused batcher at the reset: {batcher.pending}")
+        venv.pool.recv_timeout_s = 15.0  # (it bounds the reset too: paused, it waits out the 10 s forfeit grace)
+        venv.reset()  # still paused: the reset's first step times out too, and says so
+        venv.pool.recv_timeout_s = 1.0
+        assert all(d.get("timed_out") is True for d in venv.reset_infos)
+        assert not venv.is_active.any()
+        eng.call(venv.pool.agent.batcher.pause, False)
+        for _ in range(30):  # the new battles come (the stale requests took no battle index)
+            _obs, reward, dones, infos = venv.step(np.zeros(venv.num_envs, dtype=np.int64))
+            if venv.is_active.any():
+                break
+        assert venv.is_active.any() and not any("timed_out" in d for d in infos)
+    finally:
+        venv.close()
+
+
+def test_caller_think_time_past_the_battle_timeout_forfeits_nothing():
+    """The watchdog measures Showdown's silence only: a caller that holds its slots for
+    three battle timeouts, three times, loses no battle, and the battles finish."""
+    rng = np.random.default_rng(11)
+    with BattlePool(num_battles=2, **{"server.transport": "simulator", "server.simulators": 1,
+                                      "runner.battle_timeout_s": 2.0}) as pool:
+        ended = []
+        t0 = time.monotonic()
+        steps = 0
+        while len(ended) < 8:
+            assert time.monotonic() - t0 < 300
+            obs, rew, term, trunc, info = pool.recv(timeout=60)
+            assert not trunc.any() and not info["abandoned"].any()
+            ended += [o for o, t in zip(info["outcome"].tolist(), term.tolist()) if t]
+            if steps in (0, 10, 40):  # a battle's start and middles: well past the 2 s timeout
+                time.sleep(6.0)
+            steps += 1
+            pool.send(random_legal(obs["action_mask"], rng), info["env_id"])
+        stats = pool.stats
+    assert set(ended) <= {"won", "lost", "tie"}
+    assert stats["abandoned"] == 0
+    assert stats["battles"] >= 8
 
 
 def test_a_forgotten_pool_is_collected_and_stops_its_thread_and_processes():

@@ -19,6 +19,26 @@ def small_ppo(venv, **kw):
                        policy_kwargs=dict(net_arch=[32]), device="cpu", **kw)
 
 
+def ended_sides(pool) -> int:
+    """The battle sides the pool ended so far: finished or abandoned."""
+    stats = pool.stats
+    return stats["battles"] + stats["abandoned"]
+
+
+def settled_steps(face) -> list:
+    """Each later step of the face: whether it was whole (settled). After a whole step
+    every side the pool ended was handed to the caller, so counts can be compared."""
+    slots, seen = face._slots, []
+    gather = slots.gather
+
+    def recorded():
+        out = gather()
+        seen.append(bool(out[-1]["settled"].all()))
+        return out
+    slots.gather = recorded
+    return seen
+
+
 def test_learn_in_chunks_with_and_without_resetting_the_count(showdown_url):
     venv = make_sb3_vec_env(num_battles=2, opponent="random", server=showdown_url)
     try:
@@ -79,22 +99,27 @@ def test_vecmonitor_and_vecnormalize_stacked_keep_masks_and_count_each_side_once
         assert is_masking_supported(venv)
         model = small_ppo(venv)
         model.learn(64)
+        settled = settled_steps(base)
         venv.reset()
         rng = np.random.default_rng(0)
         monitor = venv.venv
-        before = monitor.episode_count
-        for _ in range(400):
+        before = pool_before = None
+        for _ in range(600):
+            if before is None and settled[-1]:  # the reset's battles forfeited: count from a whole step
+                before, pool_before = monitor.episode_count, ended_sides(base.pool)
             masks = get_action_masks(venv)
             np.testing.assert_array_equal(masks, base.action_masks())
             actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
             _obs, _rew, dones, infos = venv.step(actions)
             for i in np.flatnonzero(dones):
                 assert "episode" in infos[i]
-                ended.append((infos[i]["battle_tag"], infos[i]["side"]))
-            if len(ended) >= 6:
+                if before is not None:
+                    ended.append((infos[i]["battle_tag"], infos[i]["side"]))
+            if len(ended) >= 6 and settled[-1]:
                 break
-        assert len(ended) >= 6 and len(set(ended)) == len(ended)
+        assert len(ended) >= 6 and len(set(ended)) == len(ended) and settled[-1]
         assert monitor.episode_count - before == len(ended)
+        assert monitor.episode_count - before == ended_sides(base.pool) - pool_before
     finally:
         venv.close()
 
@@ -102,20 +127,26 @@ def test_vecmonitor_and_vecnormalize_stacked_keep_masks_and_count_each_side_once
 def test_record_episode_statistics_counts_each_battle_side_once(showdown_url):
     from gymnasium.wrappers.vector import RecordEpisodeStatistics
     env = RecordEpisodeStatistics(make_vector_env(num_battles=2, server=showdown_url))
+    pool = env.unwrapped.pool
     ended = []
     try:
         obs, info = env.reset(seed=3)
         rng = np.random.default_rng(1)
-        for _ in range(600):
+        before = pool_before = None
+        for _ in range(800):
+            if before is None and info["settled"].all():  # count from a whole step
+                before, pool_before = env.episode_count, ended_sides(pool)
             actions = np.array([rng.choice(np.flatnonzero(m)) for m in obs["action_mask"]])
             obs, reward, term, trunc, info = env.step(actions)
             for i in np.flatnonzero(term | trunc):
-                ended.append((info["battle_tag"][i], info["side"][i]))
                 assert info["_episode"][i]
-            if len(ended) >= 6:
+                if before is not None:
+                    ended.append((info["battle_tag"][i], info["side"][i]))
+            if len(ended) >= 6 and info["settled"].all():
                 break
-        assert len(ended) >= 6 and len(set(ended)) == len(ended)
-        assert env.episode_count == len(ended)
+        assert len(ended) >= 6 and len(set(ended)) == len(ended) and info["settled"].all()
+        assert env.episode_count - before == len(ended)
+        assert env.episode_count - before == ended_sides(pool) - pool_before
     finally:
         env.close()
 

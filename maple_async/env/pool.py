@@ -216,7 +216,7 @@ class _Slots:
 
     # -- routing ---------------------------------------------------------------------------
     def _route(self, item: _Item) -> None:
-        if self.closing:
+        if self.closing or self._stale(item):  # a stale decision's battle is gone: it must not hold an index
             self._drop(item)
             return
         env_id = self.slot_of.get(item.key)

@@ -41,7 +41,7 @@ class BattleSB3VecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         self.is_active = info["is_active"]
-        self.reset_infos = [{"is_active": bool(a)} for a in self.is_active]
+        self.reset_infos = self._infos(info)
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -54,10 +54,7 @@ class BattleSB3VecEnv(VecEnv):
         ended = np.flatnonzero(dones)
         self._slots.ack(ended)
         self.is_active = info["is_active"]
-        infos: list[dict] = [{"is_active": bool(a)} for a in self.is_active]
-        if info["timed_out"][0]:  # the pool's recv_timeout_s passed with nothing: all padding
-            for d in infos:
-                d["timed_out"] = True
+        infos = self._infos(info)
         for i in ended:
             infos[i]["terminal_observation"] = obs[i].copy()
             infos[i]["TimeLimit.truncated"] = bool(truncated[i])  # SB3 bootstraps these
@@ -67,6 +64,13 @@ class BattleSB3VecEnv(VecEnv):
                 infos[i]["abandoned"] = True
             self._slots.masks[i] = self._slots.padding  # inactive until its next battle
         return obs, reward, dones, infos
+
+    def _infos(self, info: dict) -> list[dict]:
+        infos: list[dict] = [{"is_active": bool(a)} for a in info["is_active"]]
+        if info["timed_out"][0]:  # the pool's recv_timeout_s passed with nothing: all padding
+            for d in infos:
+                d["timed_out"] = True
+        return infos
 
     def action_masks(self) -> np.ndarray:
         return self._slots.masks.copy()
