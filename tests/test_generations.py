@@ -144,6 +144,7 @@ def test_no_items_in_gen_1_and_no_abilities_before_gen_3():
     assert held(2, "leftovers", "noability") == ([True, False], [False, False])
     assert held(3, "leftovers", "intimidate") == ([True, False], [True, True])  # the slots are read from gen 3
     assert held(3, "", "intimidate")[0] == [True, False]  # "no item" where the game has items
+    assert held(2, "", "noability")[0] == [True, False]  # gen 2 has items: '' is "no item"
 
 
 @pytest.mark.parametrize("fmt", RANDOM + OU + ["gen9randombattle", "gen5uu", "gen7ubers"])

@@ -254,7 +254,7 @@ def test_twenty_resets_leave_no_extra_thread_task_or_process(showdown_url, trans
             tasks = count if tasks is None else tasks
             assert count <= tasks, f"tasks grow with resets: {tasks} -> {count}"
         assert threading.active_count() <= threads
-        assert len(node_children()) == nodes, "Node processes grow with resets"
+        assert len(node_children()) <= nodes, "Node processes grow with resets"
         print(f"rss first {rss[0] / 2**20:.1f} MiB, last {rss[-1] / 2**20:.1f} MiB")
         assert rss[-1] <= rss[0] * 1.10
     finally:
@@ -360,8 +360,8 @@ def test_the_sb3_face_says_when_its_recv_timed_out(showdown_url):
         batcher, t0 = venv.pool.agent.batcher, time.monotonic()
         while batcher.pending < venv.num_envs and time.monotonic() - t0 < 30:
             time.sleep(0.2)  # every side's next request waits in the paused batcher: stale after the reset
-        print(f"requests in the paused batcher at the reset: {batcher.pending}")
-        venv.pool.recv_timeout_s = 15.0  # (it bounds the reset too: paused, it waits out the 10 s forfeit grace)
+        assert batcher.pending >= venv.num_envs, "the reset must meet every side's request in the batcher"
+        venv.pool.recv_timeout_s = 30.0  # (it bounds the reset too: paused, it waits out the 10 s forfeit grace)
         venv.reset()  # still paused: the reset's first step times out too, and says so
         venv.pool.recv_timeout_s = 1.0
         assert all(d.get("timed_out") is True for d in venv.reset_infos)
@@ -379,19 +379,21 @@ def test_the_sb3_face_says_when_its_recv_timed_out(showdown_url):
 def test_caller_think_time_past_the_battle_timeout_forfeits_nothing():
     """The watchdog measures Showdown's silence only: a caller that holds its slots for
     three battle timeouts, three times, loses no battle, and the battles finish."""
+    # 4 s, not less: the simulator's own process watchdog pings within battle_timeout_s
     rng = np.random.default_rng(11)
     with BattlePool(num_battles=2, **{"server.transport": "simulator", "server.simulators": 1,
-                                      "runner.battle_timeout_s": 2.0}) as pool:
+                                      "runner.battle_timeout_s": 4.0}) as pool:
         ended = []
         t0 = time.monotonic()
-        steps = 0
-        while len(ended) < 8:
+        steps = sleeps = 0
+        while len(ended) < 8 or sleeps < 3:
             assert time.monotonic() - t0 < 300
             obs, rew, term, trunc, info = pool.recv(timeout=60)
             assert not trunc.any() and not info["abandoned"].any()
             ended += [o for o, t in zip(info["outcome"].tolist(), term.tolist()) if t]
-            if steps in (0, 10, 40):  # a battle's start and middles: well past the 2 s timeout
-                time.sleep(6.0)
+            if steps in (0, 10, 40):  # a battle's start and middles: well past the 4 s timeout
+                time.sleep(12.0)
+                sleeps += 1
             steps += 1
             pool.send(random_legal(obs["action_mask"], rng), info["env_id"])
         stats = pool.stats
