@@ -178,7 +178,7 @@ def test_train_in_bss_then_eval_loads_its_checkpoint(showdown_url, tmp_path):
     p = run_cli("train", "--config", "config/test.yaml", *fmt, "--server", showdown_url,
                 "--train.run_dir", str(run_dir))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "[teams] gen9bssregi: 24 teams from config/teams/bss" in p.stdout
+    assert "[teams] gen9bssregi: 27 teams from config/teams/bss" in p.stdout
     assert "final checkpoint" in p.stdout and (run_dir / "latest.pt").exists()
     out = tmp_path / "eval.json"
     e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "max_power,random",
