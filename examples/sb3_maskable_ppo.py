@@ -18,7 +18,7 @@ evaluate it over 300 battles each against random and max_power::
     .venv/bin/python examples/sb3_maskable_ppo.py --minutes 10 --chunks 3 --seed 1
 
 Evaluate the saved model again (``policy`` loads ``$MAPLE_EXAMPLE_MODEL``, default
-``runs/sb3_maskable/model.zip``)::
+``runs/sb3_maskable/model.zip``; ``MAPLE_EXAMPLE_DETERMINISTIC=1`` plays its argmax)::
 
     MAPLE_EXAMPLE_MODEL=runs/sb3_maskable/model.zip .venv/bin/maple-async eval \\
         --policy examples/sb3_maskable_ppo.py:policy --opponents random,max_power --battles 300
@@ -57,9 +57,9 @@ class MaskablePolicy:
 
 
 def policy():
-    """``maple-async eval --policy examples/sb3_maskable_ppo.py:policy``."""
+    """``maple-async eval --policy examples/sb3_maskable_ppo.py:policy`` (``MAPLE_EXAMPLE_DETERMINISTIC=1``: argmax)."""
     torch.set_num_threads(1)
-    return MaskablePolicy()
+    return MaskablePolicy(deterministic=os.environ.get("MAPLE_EXAMPLE_DETERMINISTIC", "0") == "1")
 
 
 def parse_args():
@@ -79,6 +79,9 @@ def parse_args():
     p.add_argument("--eval-battles", type=int, default=300, help="per baseline; 0: skip")
     p.add_argument("--between-episodes", type=int, default=16,
                    help="sb3-contrib evaluate_policy episodes between two chunks (0: skip)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="the final evaluation takes the most probable legal action (SB3 evaluate_policy's "
+                        "default) instead of sampling")
     p.add_argument("--battle-format", default="gen9randombattle")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--n-steps", type=int, default=64, help="steps per env per rollout")
@@ -172,7 +175,8 @@ def main(args) -> None:
     print(f"[sb3] {model.num_timesteps} env steps in {trained[0]:.0f}s of learn(); saved {path}", flush=True)
 
     if args.eval_battles:
-        loaded = MaskablePolicy(path=str(path))  # what a user evaluates later: the saved file
+        # what a user evaluates later: the saved file
+        loaded = MaskablePolicy(path=str(path), deterministic=args.deterministic)
         table = evaluate_policy(loaded, opponents="random,max_power", battles=args.eval_battles,
                                 battle_format=args.battle_format,
                                 seed=args.seed)

@@ -298,3 +298,10 @@ def test_a_saved_team_path_is_kept_where_it_means_something_here(tmp_path):
     assert C.teams_here("config/teams/{format}", "gen1ou,gen5ou") is None  # no gen5ou pool here
     assert C.teams_here(str(tmp_path / "gone"), "gen1ou") is None  # trained elsewhere
     assert C.teams_here(None, "gen1ou") is None
+
+
+def test_a_trajectory_key_names_its_format():
+    """The per-format decision counts of a multi-format run read the format off the battle tag."""
+    from maple_async.run.loop import battle_format_of
+    assert battle_format_of(("battle-gen1ou-17", "p1")) == "gen1ou"
+    assert battle_format_of(("battle-gen9randomdoublesbattle-a3", "p2")) == "gen9randomdoublesbattle"

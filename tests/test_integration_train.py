@@ -99,6 +99,15 @@ def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url,
             assert f"{fmt}:{kind} (concurrency " in lanes, lanes
     rows = json.loads((run_dir / "eval.json").read_text())["results"]
     assert [(r["player"], r["battles"]) for r in rows] == [("agent [gen1randombattle]", 4), ("agent [gen4randombattle]", 4)]
+    # each format's share of the decisions trained on: in the metrics, the checkpoint and the last line
+    import csv
+    last = list(csv.DictReader((run_dir / "metrics.csv").open()))[-1]
+    split = {fmt: int(last[f"decisions/{fmt}"]) for fmt in ("gen1randombattle", "gen4randombattle")}
+    assert all(n > 0 for n in split.values()) and sum(split.values()) == int(last["decisions"]), last
+    from maple_async.learn import checkpoint as ckpt_mod
+    assert ckpt_mod.load(run_dir / "latest.pt")["counters"]["format_decisions"] == split
+    assert (f"[train] decisions by format: gen1randombattle {split['gen1randombattle']}, "
+            f"gen4randombattle {split['gen4randombattle']}") in p.stdout
 
     ckpt = str(run_dir / "latest.pt")
     e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,

@@ -19,13 +19,18 @@ from typing import Optional
 
 import numpy as np
 
-from ..config import Config, parse_opponent_mix
+from ..config import Config, formats, parse_opponent_mix
 from ..errors import UserError
 from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
+
+
+def battle_format_of(key) -> str:
+    """The format in a trajectory's key, ``("battle-<format>-<n>", side)`` on both transports."""
+    return key[0].split("-")[1]
 
 
 class LearningLoop:
@@ -44,6 +49,8 @@ class LearningLoop:
         if cfg.train.init and not resume:
             self._init(cfg.train.init)
         self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
+        if len(formats(cfg.runner.battle_format)) > 1:
+            self.counters["format_decisions"] = {}  # one agent over several formats: each one's share
         self.league: list[dict] = []  # {"id": update it was taken at, "weights"}, oldest first
         self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
         if resume:
@@ -217,6 +224,9 @@ class LearningLoop:
                 summary = await self._update(batch, last, t_start, seconds_before, scale)
             self.save_checkpoint(final=True)
             self.metrics.close()
+            if self.counters.get("format_decisions"):
+                self._print("[train] decisions by format: " + ", ".join(
+                    f"{fmt} {n}" for fmt, n in sorted(self.counters["format_decisions"].items())))
             report = transport.report(time.perf_counter() - t_start)
             if report:
                 self._print(report)
@@ -261,6 +271,11 @@ class LearningLoop:
         self.counters["version"] += 1
         self.counters["battles"] += len(batch)
         self.counters["decisions"] += sum(len(t) for t in batch)
+        if "format_decisions" in self.counters:
+            by_format = self.counters["format_decisions"]
+            for t in batch:
+                fmt = battle_format_of(t.key)
+                by_format[fmt] = by_format.get(fmt, 0) + len(t)
         now = time.perf_counter()
         self.counters["seconds"] = seconds_before + (now - t_start)
         self.trained_trajectories += len(batch)
@@ -282,6 +297,8 @@ class LearningLoop:
                **{k: m[k] for k in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "grad_norm",
                                     "explained_variance", "lr", "entropy_coef", "samples_per_s",
                                     "update_s")}}
+        for fmt, n in sorted(self.counters.get("format_decisions", {}).items()):
+            row[f"decisions/{fmt}"] = n
         by_opp: dict[str, list] = {}
         for t in batch:
             kind, _, snapshot = t.opponent.partition("#")  # league#<id>: the snapshot it played
