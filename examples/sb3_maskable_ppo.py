@@ -98,6 +98,7 @@ def main(args) -> None:
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.evaluation import evaluate_policy as sb3_evaluate
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import configure
 
     from maple_async.env import make_sb3_vec_env
     from maple_async.tools.evaluate import evaluate_policy
@@ -157,6 +158,7 @@ def main(args) -> None:
                             gae_lambda=0.95, ent_coef=args.ent_coef, clip_range=0.2,
                             policy_kwargs=dict(net_arch=dict(pi=[256, 128], vf=[256, 128])),
                             seed=args.seed, device="cpu", verbose=0)
+        model.set_logger(configure(str(out / "sb3_log"), ["csv"]))  # SB3's train/ stats; no folder in /tmp per learn()
         per_chunk = -(-args.total_steps // args.chunks) if args.total_steps else 10 ** 12
         for chunk in range(args.chunks):
             # reset_num_timesteps=False: SB3 counts on, and this learn() runs per_chunk more steps

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 
@@ -17,6 +20,9 @@ torch.set_num_threads(1)
 # processes (servers, simulators) and no one else's.
 _TAG = uuid.uuid4().hex
 os.environ["MAPLE_TEST_SESSION"] = _TAG
+# SB3's learn() makes a folder in /tmp per call unless told where: one folder, removed at exit
+os.environ["SB3_LOGDIR"] = _SB3_LOGDIR = tempfile.mkdtemp(prefix="maple-test-sb3-")
+atexit.register(shutil.rmtree, _SB3_LOGDIR, True)
 
 
 def _tagged_node_processes() -> list[int]:

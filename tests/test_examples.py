@@ -55,7 +55,7 @@ def test_sb3_maskable_ppo(tmp_path, monkeypatch):
     # two chunks of one rollout each (4 battles, 8 envs, 16 steps each): learn, evaluate_policy, learn
     out = _run("sb3_maskable_ppo.py", "--chunks", "2", "--total-steps", "256", "--num-battles", "4",
                "--n-steps", "16", "--batch-size", "64", "--between-episodes", "4", "--eval-battles", "4",
-               "--out", str(tmp_path))
+               "--deterministic", "--out", str(tmp_path))
     first, between, second = out.partition("[sb3] chunk 1/2: evaluate_policy over")
     assert between, out
     assert "[sb3] env steps 128 |" in first and "[sb3] env steps 256 |" in second
@@ -63,5 +63,15 @@ def test_sb3_maskable_ppo(tmp_path, monkeypatch):
     assert "[eval] sb3_maskable vs random (outside policy): win rate" in out
     assert "[eval] sb3_maskable vs max_power (outside policy): win rate" in out
     assert (tmp_path / "model.zip").is_file()
+    assert "train/approx_kl" in (tmp_path / "sb3_log" / "progress.csv").read_text()  # SB3's own stats, both chunks'
     monkeypatch.setenv("MAPLE_EXAMPLE_MODEL", str(tmp_path / "model.zip"))
     _legal_actions(str(ROOT / "examples" / "sb3_maskable_ppo.py") + ":policy", recurrent=False)
+    monkeypatch.setenv("MAPLE_EXAMPLE_DETERMINISTIC", "1")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sb3_example", ROOT / "examples" / "sb3_maskable_ppo.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    greedy = example.policy()
+    obs = np.random.default_rng(0).normal(size=(5, greedy.model.observation_space.shape[0])).astype(np.float32)
+    masks = np.ones((5, greedy.model.action_space.n), bool)
+    assert greedy.deterministic and (greedy(obs, masks) == greedy(obs, masks)).all()
