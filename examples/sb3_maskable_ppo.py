@@ -39,8 +39,6 @@ import torch
 class MaskablePolicy:
     """A MaskablePPO model as maple-async's batch callable ``policy(obs, masks) -> actions``."""
 
-    name = "sb3_maskable"
-
     def __init__(self, model=None, path=None, deterministic: bool = False):
         if model is None:
             from sb3_contrib import MaskablePPO
@@ -50,6 +48,7 @@ class MaskablePolicy:
                 "learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0})
         self.model = model
         self.deterministic = deterministic
+        self.name = "sb3_maskable_argmax" if deterministic else "sb3_maskable"  # eval's rows say which
 
     def __call__(self, obs, masks):
         actions, _ = self.model.predict(obs, action_masks=masks, deterministic=self.deterministic)

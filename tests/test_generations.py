@@ -305,3 +305,22 @@ def test_a_trajectory_key_names_its_format():
     from maple_async.run.loop import battle_format_of
     assert battle_format_of(("battle-gen1ou-17", "p1")) == "gen1ou"
     assert battle_format_of(("battle-gen9randomdoublesbattle-a3", "p2")) == "gen9randomdoublesbattle"
+
+
+def test_a_single_format_run_resumed_over_several_formats_credits_what_it_trained(tmp_path):
+    """Resumed over a list, a single-format checkpoint's decisions count as its one format's,
+    so the split still sums to the run's decisions."""
+    from maple_async import config as C
+    from maple_async.run.loop import LearningLoop
+    one = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "one"), "train.tensorboard": False,
+                                      "runner.battle_format": "gen9randombattle"})
+    first = LearningLoop(one, "cpu", quiet=True, handle_signals=False)
+    assert "format_decisions" not in first.counters
+    first.counters["decisions"] = 1234
+    path = first.save_checkpoint(final=True)
+    first.metrics.close()
+    both = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "both"), "train.tensorboard": False,
+                                       "runner.battle_format": "gen9randombattle,gen9ou"})
+    resumed = LearningLoop(both, "cpu", resume=str(path), quiet=True, handle_signals=False)
+    resumed.metrics.close()
+    assert resumed.counters["format_decisions"] == {"gen9randombattle": 1234}

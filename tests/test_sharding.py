@@ -67,6 +67,17 @@ async def test_two_shards_train_and_receive_learner_weights(tmp_path):
     _assert_league(trainer)
 
 
+async def test_two_shards_over_two_formats_count_each_formats_decisions(tmp_path):
+    """Trajectories from the shards carry their battle's key: the learner splits the decisions
+    by format as a one-process run does."""
+    cfg = _cfg(tmp_path, total=48)
+    cfg.runner.battle_format = "gen1randombattle,gen4randombattle"
+    trainer = await _train(cfg, ProcessTransport(cfg, quiet=True), 420)
+    split = trainer.counters["format_decisions"]
+    assert set(split) == {"gen1randombattle", "gen4randombattle"} and min(split.values()) > 0, split
+    assert sum(split.values()) == trainer.counters["decisions"]
+
+
 async def test_killed_worker_is_replaced(tmp_path):
     cfg = _cfg(tmp_path, total=80)
     tp = ProcessTransport(cfg, quiet=True)

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..config import Config, formats, parse_opponent_mix
+from ..config import Config, formats, from_saved, parse_opponent_mix
 from ..errors import UserError
 from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
@@ -28,9 +28,12 @@ from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
 
 
-def battle_format_of(key) -> str:
-    """The format in a trajectory's key, ``("battle-<format>-<n>", side)`` on both transports."""
-    return key[0].split("-")[1]
+def battle_format_of(key, known: tuple = ()) -> str:
+    """The format in a trajectory's key, ``("battle-<format>-<n>", side)`` on both transports:
+    the longest of ``known`` the tag starts with, else the tag's second field."""
+    tag = key[0]
+    hits = [f for f in known if tag.startswith(f"battle-{f}-")]
+    return max(hits, key=len) if hits else tag.split("-")[1]
 
 
 class LearningLoop:
@@ -49,7 +52,8 @@ class LearningLoop:
         if cfg.train.init and not resume:
             self._init(cfg.train.init)
         self.counters = {"battles": 0, "decisions": 0, "version": 0, "seconds": 0.0}
-        if len(formats(cfg.runner.battle_format)) > 1:
+        self.formats = tuple(formats(cfg.runner.battle_format))
+        if len(self.formats) > 1:
             self.counters["format_decisions"] = {}  # one agent over several formats: each one's share
         self.league: list[dict] = []  # {"id": update it was taken at, "weights"}, oldest first
         self.league_results: dict[int, list] = {}  # snapshot id -> [learner's wins, battles]
@@ -81,6 +85,10 @@ class LearningLoop:
                                        f"start a new run from its weights with --train.init {path}")
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         self.learner.load_state_dict(data["learner"])
+        had = formats(from_saved(data["config"]).runner.battle_format)
+        if "format_decisions" in self.counters and "format_decisions" not in data["counters"] and len(had) == 1:
+            # a single-format run goes on over several: what it trained so far was its one format's
+            self.counters["format_decisions"] = {had[0]: int(data["counters"]["decisions"])}
         self.counters.update(data["counters"])
         league = list(data.get("league", []))
         # Checkpoints before per-battle league opponents kept bare state dicts.
@@ -103,7 +111,6 @@ class LearningLoop:
     def _init(self, path: str) -> None:
         """Weights from ``path`` (a pretrain or training checkpoint); counters, optimiser and
         league start fresh. The teacher it was cloned from is recorded (``train.teacher``)."""
-        from ..config import from_saved
         data = ckpt.load(path, self.cfg.runner.battle_format)
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         teacher = data.get("pretrain", {}).get("teacher") or from_saved(data["config"]).train.teacher
@@ -274,7 +281,7 @@ class LearningLoop:
         if "format_decisions" in self.counters:
             by_format = self.counters["format_decisions"]
             for t in batch:
-                fmt = battle_format_of(t.key)
+                fmt = battle_format_of(t.key, self.formats)
                 by_format[fmt] = by_format.get(fmt, 0) + len(t)
         now = time.perf_counter()
         self.counters["seconds"] = seconds_before + (now - t_start)

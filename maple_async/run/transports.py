@@ -117,6 +117,7 @@ class PackedTrajectory:
     opponent: str
     reward_totals: dict
     shard: int
+    key: tuple = ()  # (battle tag, side): a multi-format run reads the format off the tag
 
     def arrays(self) -> dict:
         return self.data
@@ -192,7 +193,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[tuple], None],
 
     def on_trajectory(traj) -> None:
         send(("traj", shard, PackedTrajectory(traj.arrays(), traj.outcome, traj.opponent,
-                                              dict(traj.reward_totals), shard)))
+                                              dict(traj.reward_totals), shard, tuple(traj.key))))
         hold.check()
 
     col = Collector(cfg, cfg.runner.device, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
