@@ -82,7 +82,7 @@ def parse_args():
                    help="the final evaluation takes the most probable legal action (SB3 evaluate_policy's "
                         "default) instead of sampling")
     p.add_argument("--battle-format", default="gen9randombattle")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-3, help="initial learning rate (decays linearly to 5%%)")
     p.add_argument("--n-steps", type=int, default=64, help="steps per env per rollout")
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--n-epochs", type=int, default=4)
