@@ -68,11 +68,8 @@ def test_sb3_maskable_ppo(tmp_path, monkeypatch):
     monkeypatch.setenv("MAPLE_EXAMPLE_MODEL", str(tmp_path / "model.zip"))
     _legal_actions(str(ROOT / "examples" / "sb3_maskable_ppo.py") + ":policy", recurrent=False)
     monkeypatch.setenv("MAPLE_EXAMPLE_DETERMINISTIC", "1")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("sb3_example", ROOT / "examples" / "sb3_maskable_ppo.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    greedy = example.policy()
+    from maple_async.inference.outside import load
+    greedy = load(str(ROOT / "examples" / "sb3_maskable_ppo.py") + ":policy")  # as eval --policy loads it
     obs = np.random.default_rng(0).normal(size=(5, greedy.model.observation_space.shape[0])).astype(np.float32)
     masks = np.ones((5, greedy.model.action_space.n), bool)
     assert greedy.deterministic and (greedy(obs, masks) == greedy(obs, masks)).all()

@@ -85,10 +85,10 @@ class LearningLoop:
                                        f"start a new run from its weights with --train.init {path}")
         ckpt.load_weights(self.learner.network, data["learner"]["network"], path)
         self.learner.load_state_dict(data["learner"])
-        had = formats(from_saved(data["config"]).runner.battle_format)
-        if "format_decisions" in self.counters and "format_decisions" not in data["counters"] and len(had) == 1:
-            # a single-format run goes on over several: what it trained so far was its one format's
-            self.counters["format_decisions"] = {had[0]: int(data["counters"]["decisions"])}
+        if "format_decisions" in self.counters and "format_decisions" not in data["counters"]:
+            had = formats(from_saved(data["config"]).runner.battle_format)
+            if len(had) == 1:  # a single-format run goes on over several: what it trained was that one's
+                self.counters["format_decisions"] = {had[0]: int(data["counters"]["decisions"])}
         self.counters.update(data["counters"])
         league = list(data.get("league", []))
         # Checkpoints before per-battle league opponents kept bare state dicts.
