@@ -8,10 +8,10 @@ differ only in where the :class:`~maple_async.collect.collector.Collector` runs:
 * :class:`LocalTransport`   one collector on this event loop (``train.shards: 1``);
 * :class:`ProcessTransport` one worker process per shard (spawn), each with its own managed
   Showdown server, event loop, batcher and battles; finished trajectories come back over
-  one pipe per worker, weights go out as CPU state_dicts. A worker that dies is replaced;
-  its in-flight battles are lost, never half-recorded, because only finished battles are
-  ever sent. Workers run inference on ``train.worker_device`` (CPU by default: CUDA is then
-  initialised only in the learner);
+  one pipe per worker, weights go out as one pickle of numpy arrays per broadcast. A
+  worker that dies is replaced; its in-flight battles are lost, never half-recorded,
+  because only finished battles are ever sent. Workers run inference on
+  ``train.worker_device`` (CPU by default: CUDA is then initialised only in the learner);
 * :class:`RayTransport`     one async Ray actor per shard, spread across a cluster; weights
   travel through the object store.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
 import threading
@@ -34,6 +35,36 @@ from ..config import Config
 from ..errors import UserError
 from ..server import resolve_simulators
 from .process import run_async, setup_battle_process, shard_seed
+
+
+def pack_weights_msg(msg: dict) -> bytes:
+    """A weights message as one pickle of numpy arrays, made once per broadcast. Torch
+    tensors put in a multiprocessing queue travel as shared-memory file descriptors, each
+    fetched from the learner's one resource-sharer thread, which a busy learner starves
+    (8 shards on 16 cores fell 69 updates behind: docs/benchmarks.md)."""
+    def arrays(sd: dict) -> dict:
+        return {k: v.detach().cpu().numpy() for k, v in sd.items()}
+
+    out = {**msg, "weights": arrays(msg["weights"])}
+    league = msg.get("league")
+    if league:
+        out["league"] = {**league, "snapshots": {k: arrays(v) for k, v in league["snapshots"].items()}}
+    return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_weights_msg(blob: bytes) -> dict:
+    """:func:`pack_weights_msg`'s message again, with CPU tensors."""
+    import torch
+
+    def tensors(sd: dict) -> dict:
+        return {k: torch.from_numpy(v) for k, v in sd.items()}
+
+    msg = pickle.loads(blob)
+    msg["weights"] = tensors(msg["weights"])
+    league = msg.get("league")
+    if league:
+        league["snapshots"] = {k: tensors(v) for k, v in league["snapshots"].items()}
+    return msg
 
 
 def _counters(agent) -> dict:
@@ -320,6 +351,8 @@ class _Inbox:
                 msg = None
             except (EOFError, OSError):
                 msg = None
+            if isinstance(msg, bytes):
+                msg = unpack_weights_msg(msg)
             try:
                 loop.call_soon_threadsafe(self.items.put_nowait, msg)
             except RuntimeError:  # the loop is closed
@@ -418,8 +451,12 @@ class ProcessTransport:
         proc.start()
         writer.close()  # the worker holds the only write end: its death reads as EOF here
         self._readers.append(reader)
-        in_q.put(msg)
+        in_q.put(self._wire(msg))
         return proc, in_q
+
+    def _wire(self, msg: dict) -> Any:
+        """A weights message as it travels to a worker (packed once for every shard)."""
+        return pack_weights_msg(msg)
 
     def _alive(self, sh: _Shard) -> bool:
         return sh.worker.is_alive()
@@ -487,7 +524,7 @@ class ProcessTransport:
         return out
 
     def publish(self, msg: dict) -> None:
-        out = self._delta(self._last_msg, msg)
+        out = self._wire(self._delta(self._last_msg, msg))
         self._record(msg)
         for sh in self.shards:
             if self._alive(sh):
@@ -686,6 +723,9 @@ class RayTransport(ProcessTransport):
 
     def _send(self, sh: _Shard, msg: Optional[dict]) -> None:
         sh.worker.push.remote(self.ray.put(msg) if msg is not None else None)
+
+    def _wire(self, msg: dict) -> Any:
+        return msg  # the object store carries tensors itself
 
     async def _poll(self, timeout: float) -> list:
         await asyncio.sleep(timeout)
