@@ -203,3 +203,27 @@ def test_a_refused_resume_names_every_spent_limit_and_enough_to_go_on(tmp_path):
     assert ("has already trained 64 battle sides of train.total_battles 64 and 90 minutes of "
             "train.max_minutes 30 ") in str(e.value)
     assert str(e.value).endswith("raise them to train on, e.g. --train.total_battles 128 --train.max_minutes 120")
+
+
+class CurrentTransport(ScriptedTransport):
+    """Trajectories played by the weights the loop published last, as collectors that keep up."""
+
+    def _make(self, n):
+        out = super()._make(n)
+        version = self.published[-1]["version"] if self.published else 0
+        for t in out:
+            t.versions[:] = version
+        return out
+
+
+async def test_a_run_whose_battles_play_old_weights_says_so_once(tmp_path, capsys):
+    cfg = _cfg(tmp_path, **{"train.total_battles": 8 * 14})
+    # every trajectory played version 0: update k learns from weights k - 1 updates old
+    tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(3))
+    await asyncio.wait_for(LearningLoop(cfg, "cpu", handle_signals=False).run(tp), 60)
+    warned = [line for line in capsys.readouterr().out.splitlines() if "policy lag" in line]
+    assert len(warned) == 1 and "update 11 " in warned[0] and "10 updates older" in warned[0], warned
+    tp = CurrentTransport(total=1000, per_wait=8, rng=np.random.default_rng(3))
+    await asyncio.wait_for(LearningLoop(_cfg(tmp_path / "b", **{"train.total_battles": 8 * 14}), "cpu",
+                                        handle_signals=False).run(tp), 60)
+    assert "policy lag" not in capsys.readouterr().out

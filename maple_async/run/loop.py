@@ -27,6 +27,9 @@ from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
 
+# Runs that learn well stay near 1; 8 shards whose weights came late reached 69 (docs/benchmarks.md).
+LAG_WARNING = 10.0
+
 
 def battle_format_of(key, known: tuple = ()) -> str:
     """The format in a trajectory's key, ``("battle-<format>-<n>", side)`` on both transports:
@@ -72,6 +75,7 @@ class LearningLoop:
         self.collected_trajectories = 0  # finished ones received; all must be trained on
         self.trained_trajectories = 0
         self.held_updates = 0  # updates that held collection (the learner was behind)
+        self.lag_warned = False
 
     def _print(self, msg: str) -> None:
         if not self.quiet:
@@ -328,4 +332,9 @@ class LearningLoop:
             f"win {wins} | pg {m['pg_loss']:+.3f} v {m['v_loss']:.3f} ent {m['entropy']:.2f} "
             f"kl {m['approx_kl']:.4f} clip {m['clipfrac']:.2f} | lag {row['policy_lag']:.2f} "
             f"| upd {m['update_s']:.1f}s")
+        if row["policy_lag"] >= LAG_WARNING and not self.lag_warned:
+            self.lag_warned = True
+            self._print(f"[train] warning: update {row['update']} learned from battles played by weights "
+                        f"{row['policy_lag']:.0f} updates older than the learner's (policy lag): the "
+                        f"collectors get new weights late, and PPO learns little from such play")
         return row
