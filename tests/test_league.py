@@ -188,7 +188,7 @@ async def test_snapshots_are_drawn_on_the_loop_thread_when_the_forward_is_offloa
 async def test_shards_are_sent_each_snapshot_once_and_a_replaced_worker_all(tmp_path):
     """The sharded transports send a league snapshot once; a worker fed the deltas holds
     every snapshot the loop's draw probabilities name; a replaced worker starts whole."""
-    from maple_async.run.transports import ProcessTransport, _Shard
+    from maple_async.run.transports import ProcessTransport, _Shard, unpack_weights_msg
 
     class Fake(ProcessTransport):
         def _spawn(self, i, msg):
@@ -212,9 +212,9 @@ async def test_shards_are_sent_each_snapshot_once_and_a_replaced_worker_all(tmp_
         loop.learner.updates = upd
         loop._league_rule()
         tp.publish(loop.weights_msg())
-        sent = tp.shards[0].inbox[-1]["league"]
+        assert tp.shards[1].inbox[-1] is tp.shards[0].inbox[-1]  # packed once for every shard
+        sent = unpack_weights_msg(tp.shards[0].inbox[-1])["league"]
         assert list(sent["snapshots"]) == [upd] and set(sent["probs"]) == {upd - 1, upd}
-        assert tp.shards[1].inbox[-1] is tp.shards[0].inbox[-1]
         policy.load_state_dict(sent)
         assert set(policy.policies) == set(sent["probs"])
     # the last message kept for a replacement is whole

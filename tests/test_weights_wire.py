@@ -47,3 +47,25 @@ async def test_a_broadcast_reaches_a_worker_as_bytes_and_reads_back_as_the_same_
         _same(second["weights"], msg["weights"])
         for k in (0, 4):
             _same(second["league"]["snapshots"][k], msg["league"]["snapshots"][k])
+
+
+async def test_the_worker_inbox_keeps_no_tensor_once_it_handed_a_message_on():
+    """A daemon thread that drops a tensor while the interpreter exits aborts the process
+    (exit 134; it failed a CI run): the inbox thread must not hold the last message."""
+    import gc
+    import weakref
+
+    from maple_async.run.transports import pack_weights_msg
+
+    q = mp.get_context("spawn").Queue()
+    q.put(pack_weights_msg({"weights": _weights(5), "version": 1, "league": None}))
+    inbox = _Inbox(q, alive=lambda: True)
+    msg = await asyncio.wait_for(inbox.get(), 10)
+    kept = weakref.ref(next(iter(msg["weights"].values())))
+    del msg
+    for _ in range(50):  # the thread may still be between handing it on and letting go
+        gc.collect()
+        if kept() is None:
+            break
+        await asyncio.sleep(0.02)
+    assert kept() is None

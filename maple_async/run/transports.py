@@ -353,11 +353,15 @@ class _Inbox:
                 msg = None
             if isinstance(msg, bytes):
                 msg = unpack_weights_msg(msg)
+            stop = msg is None
             try:
                 loop.call_soon_threadsafe(self.items.put_nowait, msg)
             except RuntimeError:  # the loop is closed
                 return
-            if msg is None:
+            # Hold no tensor here: a daemon thread that drops one while the interpreter
+            # exits aborts the process ("terminate called", exit 134).
+            del msg
+            if stop:
                 return
 
 
