@@ -2,8 +2,8 @@
 
 The learner process publishes a preset's network weights every ``--every`` seconds to
 ``--workers`` spawned processes, through the training transport's own queue and worker inbox
-(``maple_async.run.transports``), while a thread of pure Python holds the GIL as an update
-does. Each worker notes when each version arrived. ``--wire tensors`` sends the state_dict
+(``maple_async.run.transports``), while a thread of pure Python holds the GIL (a stand-in
+for a busy learner process). Each worker notes when each version arrived. ``--wire tensors`` sends the state_dict
 as it is (torch tensors: shared-memory file descriptors fetched from the learner's
 resource-sharer thread), ``--wire bytes`` as the transport sends it (one pickle of numpy
 arrays per broadcast).
@@ -45,7 +45,7 @@ def main() -> None:
     p.add_argument("--every", type=float, default=0.8, help="seconds between broadcasts")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--busy", action=argparse.BooleanOptionalAction, default=True,
-                   help="a thread holds the GIL as the learner's update does")
+                   help="a thread of pure Python holds the GIL (a stand-in for a busy learner)")
     args = p.parse_args()
 
     from maple_async import config as C
@@ -77,13 +77,13 @@ def main() -> None:
     while time.time() < t_end:
         weights = {k: v.clone() for k, v in sd.items()}  # a fresh copy each time, as weights_cpu()
         msg = {"weights": weights, "version": version, "league": None}
+        sent[version] = time.time()  # packing counts, as the tensors' move to shared memory does
         wire = pack_weights_msg(msg) if args.wire == "bytes" else msg
-        sent[version] = time.time()
         for q in queues:
             q.put(wire)
         version += 1
         time.sleep(args.every)
-    t_stop = time.time()
+    t_stop = sent[version - 1]  # the last broadcast
     for q in queues:
         q.put(None)
     got = [out.get(timeout=600) for _ in procs]

@@ -335,6 +335,6 @@ class LearningLoop:
         if row["policy_lag"] >= LAG_WARNING and not self.lag_warned:
             self.lag_warned = True
             self._print(f"[train] warning: update {row['update']} learned from battles played by weights "
-                        f"{row['policy_lag']:.0f} updates older than the learner's (policy lag): the "
-                        f"collectors get new weights late, and PPO learns little from such play")
+                        f"{row['policy_lag']:.0f} updates older than the learner's (policy lag): new weights "
+                        f"reach the collectors late, or battles span many updates; PPO learns little from such play")
         return row
