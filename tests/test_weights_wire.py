@@ -11,7 +11,7 @@ import torch
 
 from maple_async import config as C
 from maple_async.learn import networks
-from maple_async.run.transports import ProcessTransport, _Inbox, _Shard
+from maple_async.run.transports import ProcessTransport, _Inbox, _Shard, pack_weights_msg
 
 
 def _weights(seed: int) -> dict:
@@ -54,8 +54,6 @@ async def test_the_worker_inbox_keeps_no_tensor_once_it_handed_a_message_on():
     (exit 134; it failed a CI run): the inbox thread must not hold the last message."""
     import gc
     import weakref
-
-    from maple_async.run.transports import pack_weights_msg
 
     q = mp.get_context("spawn").Queue()
     q.put(pack_weights_msg({"weights": _weights(5), "version": 1, "league": None}))

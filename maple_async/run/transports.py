@@ -37,34 +37,31 @@ from ..server import resolve_simulators
 from .process import run_async, setup_battle_process, shard_seed
 
 
+def _each_state_dict(msg: dict, convert: Callable[[Any], Any]) -> dict:
+    """``msg`` with ``convert`` applied to every tensor of its weights and league snapshots."""
+    def sd(weights: dict) -> dict:
+        return {k: convert(v) for k, v in weights.items()}
+
+    out = {**msg, "weights": sd(msg["weights"])}
+    league = msg.get("league")
+    if league:
+        out["league"] = {**league, "snapshots": {k: sd(v) for k, v in league["snapshots"].items()}}
+    return out
+
+
 def pack_weights_msg(msg: dict) -> bytes:
     """A weights message as one pickle of numpy arrays, made once per broadcast. Torch
     tensors put in a multiprocessing queue travel as shared-memory file descriptors, each
     fetched from the learner's one resource-sharer thread, which a busy learner starves
     (8 shards on 16 cores fell 69 updates behind: docs/benchmarks.md)."""
-    def arrays(sd: dict) -> dict:
-        return {k: v.detach().cpu().numpy() for k, v in sd.items()}
-
-    out = {**msg, "weights": arrays(msg["weights"])}
-    league = msg.get("league")
-    if league:
-        out["league"] = {**league, "snapshots": {k: arrays(v) for k, v in league["snapshots"].items()}}
-    return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(_each_state_dict(msg, lambda v: v.detach().cpu().numpy()),
+                        protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def unpack_weights_msg(blob: bytes) -> dict:
     """:func:`pack_weights_msg`'s message again, with CPU tensors."""
     import torch
-
-    def tensors(sd: dict) -> dict:
-        return {k: torch.from_numpy(v) for k, v in sd.items()}
-
-    msg = pickle.loads(blob)
-    msg["weights"] = tensors(msg["weights"])
-    league = msg.get("league")
-    if league:
-        league["snapshots"] = {k: tensors(v) for k, v in league["snapshots"].items()}
-    return msg
+    return _each_state_dict(pickle.loads(blob), torch.from_numpy)
 
 
 def _counters(agent) -> dict:
