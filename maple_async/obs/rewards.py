@@ -8,8 +8,8 @@ component's running sum is kept so that per-component totals can be logged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ..config import RewardConfig
 from . import encoding as enc
 
 COMPONENTS = ("win", "hp", "faint", "turn")
@@ -32,13 +32,23 @@ def side_state(battle) -> tuple[float, int, float, int]:
     return own_hp, sum(m.fainted for m in own), opp_hp, sum(m.fainted for m in seen)
 
 
+class RewardWeights(Protocol):
+    """What the tracker reads of ``config.RewardConfig`` (obs/ sits below config/)."""
+
+    win: float
+    hp: float
+    faint: float
+    turn_penalty: float
+    shaping: str
+
+
 @dataclass
 class RewardTracker:
     """``cfg.shaping``: ``difference`` pays each decision the change of the shaped
     quantities (they sum to the final margin); ``potential`` pays gamma Phi(s') - Phi(s) with
     Phi the same quantities and Phi(end) = 0."""
 
-    cfg: RewardConfig
+    cfg: RewardWeights
     gamma: float = 0.99
     totals: dict = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
     _last: tuple | None = None
