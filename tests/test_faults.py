@@ -214,7 +214,7 @@ async def test_a_stale_decision_takes_no_battle_index_in_a_pool():
     """A request still in the batcher when its battle was abandoned (a reset while the
     batcher was paused, the watchdog) is flushed later: it must not take a battle index,
     or with every index taken so the next battles wait forever."""
-    from maple_async.env.pool import _Slots
+    from maple_async.env.slots import _Slots
     from maple_async.inference.batcher import _Request
     loop = asyncio.get_running_loop()
 

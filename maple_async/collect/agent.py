@@ -104,6 +104,20 @@ class _Live:
     retry: bool = False  # the latest decision replaces one Showdown rejected
     answered: int = 0  # the round of requests last answered (the latest: we wait on Showdown)
 
+    def rounds(self) -> int:
+        """How many rounds of requests this side has had."""
+        return request_round(self.battle)
+
+    def waits_in(self) -> Optional[int]:
+        """The round of requests this side waits on Showdown in: it answered that round's
+        request, or the request asked nothing. None: a decision of this side is on its way
+        (or it has not been asked yet)."""
+        battle = self.battle
+        if battle is None:
+            return None
+        done = request_round(battle)
+        return done if battle.wait or self.answered == done else None
+
 
 @dataclass
 class AgentStats:

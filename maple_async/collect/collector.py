@@ -25,7 +25,7 @@ from ..config import Config, parse_opponent_mix
 from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
-from ..pokeenv.players import fast_kwargs
+from ..pokeenv.players import fast_kwargs, request_round
 from ..pokeenv.replays import ReplayWriter
 from ..teams import for_formats
 from .agent import Agent, Trajectory
@@ -111,6 +111,27 @@ class Collector:
             a.batcher.pause(paused)
             if not paused:
                 a.touch_live()
+
+    def sides_to_come(self) -> bool:
+        """Whether a side of the agent's battles may still ask before any of its live sides
+        answers: a battle its players began whose first request has not come, or (self-play)
+        one that only one of its two players has seen begin."""
+        agent = self.agent
+        known = []
+        for ln in self.lanes:
+            for player in ln.match.players:
+                if getattr(player, "agent", None) is not agent:
+                    continue
+                battles = player.battles
+                if any(not b.finished and request_round(b) == 0 for b in battles.values()):
+                    return True
+                known.append(battles)
+        if len(known) == 2:
+            for tag, side in agent.live:
+                if (tag, "p2" if side == "p1" else "p1") not in agent.live \
+                        and not (tag in known[0] and tag in known[1]):
+                    return True
+        return False
 
     def request_stop(self, reason: str) -> None:
         if not self._stop.is_set():

@@ -1,7 +1,6 @@
 """maple-async's battles as an environment for an outside learner: an EnvPool-style pool of
 battle sides (:class:`BattlePool`) and its Gymnasium and Stable-Baselines3 faces."""
 
-from . import shards  # noqa: F401 - makes BattlePool(..., shards=N) a ShardedPool
 from .pool import N_ACTIONS, OBS_DIM, BattlePool
 
 __all__ = ["BattlePool", "N_ACTIONS", "OBS_DIM", "make_vector_env", "make_sb3_vec_env"]

@@ -22,7 +22,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .pool import BattlePool, padding_mask
+from .pool import BattlePool
+from .slots import padding_mask
 
 CLOCKS = ("decision", "flush")
 

@@ -28,7 +28,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ..obs import games
-from .pool import BattlePool
+from .api import PoolAPI
+from .local import LocalPool as BattlePool  # a shard's own pool: one process (tests put a stand-in here)
 
 
 def _stopped(pool) -> bool:
@@ -144,7 +145,7 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
         sys.exit(1)
 
 
-class ShardedPool(BattlePool):
+class ShardedPool(PoolAPI):
     """The same API as :class:`BattlePool` over ``shards`` worker processes; ``num_battles``
     is split between them. Each starts its own managed server with its share of the
     simulators, or with ``server=URL`` all play on that one. A shard that fails stops the
@@ -462,6 +463,3 @@ def _concat(parts: list, n_actions: int):
 def _take(obs, rew, term, trunc, info, rows):
     return ({k: v[rows] for k, v in obs.items()}, rew[rows], term[rows], trunc[rows],
             {k: (v[rows] if isinstance(v, np.ndarray) else v) for k, v in info.items()})
-
-
-BattlePool.sharded = ShardedPool

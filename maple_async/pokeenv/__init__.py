@@ -19,6 +19,7 @@ private attribute                      used by
 ``PSClient._listening_coroutine``      players.close_players
 ``PSClient.websocket`` (the socket)    coalesce.coalesce_sends, coalesce.fair_receive
 ``Player._create_battle``              fastbattle.FastBattles
+``Player._battles``                    players.PolicyPlayer, simulator (a tag's battle)
 ``Battle._update_team_from_request``   fastbattle.FastBattle
 ``Battle._team``, ``._opponent_team``  fastbattle.speed_up
 ``Battle._wait``                       obs.encoding (no decision while waiting)

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Awaitable, Optional, Protocol
 
 from poke_env.player import MaxBasePowerPlayer, Player, RandomPlayer, SimpleHeuristicsPlayer
 from poke_env.ps_client import AccountConfiguration, ServerConfiguration
@@ -15,15 +15,44 @@ from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 from .coalesce import coalesce_sends, fair_receive
 from .fastbattle import FastBattles
 
-if TYPE_CHECKING:  # the agent drives our players; poke-env code does not import it
-    from ..collect.agent import Agent, AgentStats
-
 BASELINES = {"random": RandomPlayer, "max_power": MaxBasePowerPlayer,
              "heuristics": SimpleHeuristicsPlayer}
 # Finished battles are dropped from poke-env's ``Player.battles`` (which otherwise keeps
 # them forever) after this delay, once no late message can still ask for them.
 FORGET_FINISHED_AFTER_S = 10.0
 SERVER_ERROR_LEVEL = 25  # poke-env logs Showdown's |error| lines at this level
+
+
+class ErrorCounts(Protocol):
+    """Where a player counts Showdown's ``|error|`` lines (an agent's stats, or
+    :class:`ServerErrors`)."""
+
+    invalid_choices: int
+    unavailable_choices: int
+    other_server_errors: int
+
+
+class Listener(Protocol):
+    """Told when a battle side waits on Showdown (a battle pool's slots)."""
+
+    def side_waits(self) -> None: ...
+
+
+class Driver(Protocol):
+    """What our players need of the policy that drives them (``collect.agent.Agent`` is
+    one): its decisions, what it records, its counters and its listener. A protocol, so
+    this layer needs nothing from the one above it."""
+
+    stats: ErrorCounts
+    listener: Optional[Listener]
+
+    def choose(self, battle, opponent: str) -> Awaitable[Any]: ...
+
+    def preview(self, battle, opponent: str) -> Awaitable[str]: ...
+
+    def imitate(self, battle, opponent: str, order) -> Any: ...
+
+    def finished(self, battle) -> None: ...
 
 
 class _ServerErrorCounter(logging.Filter):
@@ -34,7 +63,7 @@ class _ServerErrorCounter(logging.Filter):
     warns at every gen 1 partial-trapping move).
     """
 
-    def __init__(self, stats: AgentStats, show_from: int = logging.NOTSET):
+    def __init__(self, stats: ErrorCounts, show_from: int = logging.NOTSET):
         super().__init__()
         self.stats = stats
         self.show_from = show_from
@@ -70,14 +99,15 @@ class _QuietErrorCounter(_ServerErrorCounter):
 
 
 class PolicyPlayer(FastBattles, Player):
-    """A poke-env Player whose decisions come from an :class:`Agent`'s batcher. Its battles
-    parse requests faster than stock poke-env, to the same state (see :mod:`.fastbattle`)."""
+    """A poke-env Player whose decisions come from a :class:`Driver` (an agent's batcher).
+    Its battles parse requests faster than stock poke-env, to the same state (see
+    :mod:`.fastbattle`)."""
 
     # poke-env answers 1 request in 1000 with /choose default by itself, behind the agent's
     # back: the step the agent recorded would not be the one played.
     DEFAULT_CHOICE_CHANCE = 0.0
 
-    def __init__(self, agent: Agent, opponent_name: str = "self", fast_battles: bool = True,
+    def __init__(self, agent: Driver, opponent_name: str = "self", fast_battles: bool = True,
                  track_changes: bool = True, coalesce: bool = True, fair: bool = True,
                  open_team_sheets: bool = False, **kwargs):
         super().__init__(**{**kwargs, "accept_open_team_sheet": open_team_sheets})
@@ -171,7 +201,7 @@ class ImitatedBaseline:
     :class:`Agent` records each of its decisions as a trajectory step (behaviour cloning's
     data, with our observation, mask and reward)."""
 
-    agent: "Agent"
+    agent: Driver
     opponent_name = ""
 
     def choose_move(self, battle):
@@ -189,7 +219,7 @@ def settle(player, battle) -> None:
     player.agent.finished(battle)
 
 
-def make_teacher(name: str, agent: "Agent", opponent_name: str, server_url: str, account: str,
+def make_teacher(name: str, agent: Driver, opponent_name: str, server_url: str, account: str,
                  concurrency: int, battle_format: str, team=None) -> Player:
     """Baseline ``name`` playing, ``agent`` recording its decisions."""
     if name not in BASELINES:
