@@ -206,7 +206,7 @@ async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str
                     loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=greedy,
                                                                battle_format=cfg.runner.battle_format)}
                 policy, ckpt_cfg = loaded[p.update]
-                res = await evaluate_config(cfg, policy, server.url, o, n_battles, device, cfg.runner.concurrency)
+                res = await evaluate_config(cfg, policy, server.url, o, n_battles, cfg.runner.concurrency)
                 label = training_label(o, ckpt_cfg.train)
                 rows.append(row_of(p, res, label))
                 append_row(out, rows[-1])

@@ -47,31 +47,38 @@ class EvalResult:
 
 async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, *,
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
-                   device="cpu", opponent_label: Optional[str] = None,
+                   opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
                    teams: Optional[Teams] = None, replays=None) -> EvalResult:
-    """Play ``n_battles`` against ``opponent``, a baseline or a checkpoint (a name or path, or
-    its :class:`~maple_async.opponents.Opponent`). ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
+    """Play ``n_battles`` against ``opponent``: a baseline's name or another policy
+    (:func:`opponent_side`), called ``opponent_label`` in the results.
+    ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
     ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter."""
-    opp = opponent if isinstance(opponent, Opponent) else played(opponent)
-    opponent = opp.spec
     agent = Agent(policy, batcher_cfg, name="eval")
-    if opp.is_baseline:
-        other = opponent
-    else:
-        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=policy.greedy,
-                                               battle_format=battle_format)
-        other = Agent(opp_policy, batcher_cfg, name="eval-opponent")
+    other = opponent if isinstance(opponent, str) else Agent(opponent, batcher_cfg, name="eval-opponent")
+    label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
-                  labels=(opponent_label or opponent, "eval"), teams=teams, replays=replays)
+                  labels=(label, "eval"), teams=teams, replays=replays)
     try:
         seconds = await until_failed(match.play(n_battles), [policy, getattr(other, "policy", None)])
     finally:
         await match.close(close_batchers=True)
     r = match.results
-    return EvalResult(opponent_label or opponent, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"],
-                      r["tied"], seconds)
+    return EvalResult(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds)
+
+
+def opponent_side(opponent: Opponent, device, greedy: bool, battle_format: str):
+    """What :func:`evaluate` plays against: a baseline's name, or a checkpoint's policy
+    acting as greedily as the player does."""
+    if opponent.is_baseline:
+        return opponent.spec
+    return policy_from_checkpoint(opponent.spec, device, greedy=greedy, battle_format=battle_format)[0]
+
+
+def as_greedy(policy: InferencePolicy, greedy: bool) -> InferencePolicy:
+    """A loaded checkpoint's policy acting as greedily as its opponent (the same network)."""
+    return policy if policy.greedy == greedy else InferencePolicy(policy.network, policy.device, greedy=greedy)
 
 
 def bradley_terry(games: dict, anchor: Optional[str] = None, iters: int = 2000) -> dict[str, float]:
@@ -176,9 +183,10 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
         me = OutsidePolicy(policy)
         async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
             for opp in map(played, opponents):
-                res = await evaluate(me, server.url, opp, battles, batcher_cfg=cfg.batcher,
+                side = opponent_side(opp, "cpu", me.greedy, cfg.runner.battle_format)
+                res = await evaluate(me, server.url, side, battles, batcher_cfg=cfg.batcher,
                                      concurrency=concurrency, battle_format=cfg.runner.battle_format,
-                                     opponent_label=opp.spec if opp.is_baseline else None,
+                                     opponent_label=opp.spec,
                                      battle_options=fast_kwargs(cfg.runner),
                                      battle_timeout_s=cfg.runner.battle_timeout_s, teams=for_config(cfg))
                 table.results.append((me.name, res, "outside policy"))
@@ -191,13 +199,13 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
     return run_async(run())
 
 
-async def evaluate_config(cfg, policy, url: str, opponent, n_battles: int, device, concurrency: int,
+async def evaluate_config(cfg, policy, url: str, opponent, n_battles: int, concurrency: int,
                           label: Optional[str] = None, replays=None) -> EvalResult:
     """:func:`evaluate` with the config's batcher, format, teams and battle options."""
     from ..pokeenv.players import fast_kwargs
     from ..teams import for_config
     return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
-                          battle_format=cfg.runner.battle_format, device=device, opponent_label=label,
+                          battle_format=cfg.runner.battle_format, opponent_label=label,
                           battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
                           teams=for_config(cfg), replays=replays)
 
@@ -244,13 +252,13 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
             one = config_mod.for_format(cfg, fmt)
             for i, c in enumerate(checkpoints):
                 policy, ckpt_cfg = loaded[c]
-                for o in baselines + [played(later) for later in checkpoints[i + 1:]]:
-                    res = await evaluate_config(one, policy, server.url, o, n_battles, device,
-                                                cfg.runner.concurrency, label=short.get(o.spec, o.spec),
-                                                replays=replays)
-                    label = training_label(o.spec, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
+                later = [(o, as_greedy(loaded[o][0], policy.greedy)) for o in checkpoints[i + 1:]]
+                for o, side in [(o.spec, o.spec) for o in baselines] + later:
+                    res = await evaluate_config(one, policy, server.url, side, n_battles, cfg.runner.concurrency,
+                                                label=short.get(o, o), replays=replays)
+                    label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
                     tag = "" if len(names) == 1 else f" [{fmt}]"  # each format's players apart
-                    res.opponent += tag if not o.is_baseline else ""
+                    res.opponent += tag if not isinstance(side, str) else ""  # baselines keep one name
                     table.results.append((short[c] + tag, res, label))
                     if not quiet:
                         print(table.row(-1), flush=True)

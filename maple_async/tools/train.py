@@ -47,7 +47,7 @@ async def final_eval(cfg, loop, url: str, device) -> None:
             print(f"[eval] both sides draw from {one.runner.teams} (train.eval_teams)", flush=True)
         player, tag = ("agent", "") if len(names) == 1 else (f"agent [{fmt}]", f"{fmt}/")
         for opp in parse_eval_opponents(cfg.train.eval_opponents):
-            res = await evaluate_config(one, policy, url, opp, cfg.train.eval_battles, device,
+            res = await evaluate_config(one, policy, url, opp, cfg.train.eval_battles,
                                         min(cfg.runner.concurrency, 32))
             table.results.append((player, res, training_label(opp, cfg.train)))
             print(table.row(-1), flush=True)
