@@ -19,11 +19,8 @@ from typing import Any, Optional
 
 import yaml
 
-from .errors import UserError
-
-
-class ConfigError(UserError, ValueError):
-    """A user error in the configuration (bad key, type or value)."""
+from .errors import ConfigError
+from .opponents import BASELINE_NAMES, parse_eval_opponents, parse_opponent_mix  # noqa: F401 - re-exported
 
 
 def key(default: Any, help: str, *, gt: Optional[float] = None, ge: Optional[float] = None,
@@ -340,6 +337,15 @@ def for_format(cfg: "Config", fmt: str) -> "Config":
     return out
 
 
+def eval_pool(cfg: "Config") -> "Config":
+    """``cfg`` with ``train.eval_teams`` as both sides' pool (the end-of-training evaluation)."""
+    if not cfg.train.eval_teams:
+        return cfg
+    out = copy.deepcopy(cfg)
+    out.runner.teams, out.train.opponent_teams = cfg.train.eval_teams, None
+    return out
+
+
 def teams_here(teams: Optional[str], battle_format: str) -> Optional[str]:
     """A saved team path where it means something on this machine: it exists here, for
     every listed format where it names ``{format}``; None otherwise (trained elsewhere)."""
@@ -383,49 +389,6 @@ def _check_one_format(fmt: str) -> None:
 def get_key(cfg: Config, key: str) -> Any:
     section, _, name = key.partition(".")
     return getattr(getattr(cfg, section), name)
-
-
-BASELINE_NAMES = ("random", "max_power", "heuristics")  # poke-env's players (pokeenv.players.BASELINES)
-OPPONENT_KINDS = ("self", "league") + BASELINE_NAMES
-
-
-def parse_eval_opponents(spec: str) -> list[str]:
-    """``train.eval_opponents``: a comma list of baselines."""
-    names = [o.strip() for o in spec.split(",")]
-    bad = [o for o in names if o not in BASELINE_NAMES]
-    if bad:
-        raise ConfigError(f"config key 'train.eval_opponents' lists {', '.join(BASELINE_NAMES)}, got {bad[0]!r}")
-    return names
-
-
-def parse_opponent_mix(spec: str) -> dict[str, float]:
-    """Parse ``"self:0.5,league:0.3,heuristics:0.2"`` into normalised weights."""
-    mix: dict[str, float] = {}
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, weight = part.partition(":")
-        name = name.strip()
-        if name not in OPPONENT_KINDS:
-            raise ConfigError(
-                f"config key 'train.opponents': unknown opponent '{name}' "
-                f"(known: {', '.join(OPPONENT_KINDS)})"
-            )
-        try:
-            w = float(weight) if weight else 1.0
-        except ValueError:
-            raise ConfigError(
-                f"config key 'train.opponents': weight for '{name}' must be a number, "
-                f"got {weight!r}"
-            ) from None
-        if w < 0:
-            raise ConfigError(f"config key 'train.opponents': weight for '{name}' is negative")
-        mix[name] = mix.get(name, 0.0) + w
-    total = sum(mix.values())
-    if total <= 0:
-        raise ConfigError("config key 'train.opponents' needs at least one positive weight")
-    return {k: v / total for k, v in mix.items() if v > 0}
 
 
 def from_dict(data: dict[str, Any], base: Optional[Config] = None) -> Config:

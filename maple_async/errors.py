@@ -4,3 +4,7 @@
 
 class UserError(Exception):
     """An error in what the user asked for (config, server, checkpoint, ...)."""
+
+
+class ConfigError(UserError, ValueError):
+    """A user error in the configuration (bad key, type or value)."""

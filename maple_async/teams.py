@@ -23,6 +23,7 @@ from typing import Optional
 
 from poke_env.teambuilder import Teambuilder
 
+from . import config as config_mod
 from .errors import UserError
 from .obs.games import is_doubles_format
 
@@ -338,3 +339,14 @@ def describe(teams: Teams) -> str:
     if teams.theirs is not teams.mine:
         line += f"; opponents: {len(teams.theirs.teams)} from {teams.sources['theirs']}"
     return line
+
+
+def check(cfg, quiet: bool = False, eval_pool: bool = False, many: bool = False) -> None:
+    """The format's rules and every team, validated by Showdown before anything starts
+    (``quiet``: stdout is JSON, say nothing); with ``eval_pool`` (train) ``train.eval_teams`` too.
+    ``many``: the command plays every format of a list (train, eval); others refuse a list."""
+    for fmt in config_mod.formats(cfg.runner.battle_format) if many else [None]:
+        one = cfg if fmt is None else config_mod.for_format(cfg, fmt)
+        for_config(one, quiet=quiet)
+        if eval_pool and cfg.train.eval_teams and cfg.train.eval_battles:
+            for_config(config_mod.for_format(config_mod.eval_pool(cfg), one.runner.battle_format), quiet=quiet)

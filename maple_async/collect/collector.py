@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import Config, parse_opponent_mix
+from ..config import Config
 from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy
 from ..learn import networks as nets
+from ..opponents import parse_opponent_mix
 from ..pokeenv.players import fast_kwargs, request_round
 from ..pokeenv.replays import ReplayWriter
 from ..teams import for_formats

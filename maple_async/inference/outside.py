@@ -27,6 +27,7 @@ import torch
 
 from ..errors import UserError
 from ..obs.features import derive
+from ..opponents import is_checkpoint, policy_ref
 
 
 class PolicyError(UserError):
@@ -37,9 +38,7 @@ def load(spec: Any) -> Any:
     """The policy object from ``spec``: an object (returned as is) or ``"module:attr"``."""
     if not isinstance(spec, str):
         return spec
-    module, sep, attr = spec.rpartition(":")
-    if not sep or not module or not attr:
-        raise UserError(f"--policy {spec!r}: expected module:attr or path/to/file.py:attr")
+    module, attr = policy_ref(spec)
     try:
         if module.endswith(".py"):
             path = Path(module)
@@ -126,11 +125,6 @@ class OutsidePolicy:
             raise PolicyError(self.error) from e
         zeros = np.zeros(len(actions), dtype=np.float32)
         return actions.astype(np.int64), zeros, zeros, new_hidden
-
-
-def is_checkpoint(spec: Any) -> bool:
-    """A checkpoint path (an existing file, or a name ending ``.pt``) rather than a policy."""
-    return isinstance(spec, (str, Path)) and (str(spec).endswith(".pt") or Path(spec).is_file())
 
 
 def policy_for(spec: Any, device, greedy: bool = False, battle_format: Optional[str] = None):

@@ -180,3 +180,46 @@ def table(rows: list[dict]) -> list[str]:
         out.append(f"{u:>7} {float(first['minutes']):>8.1f} {int(first['battle_sides']):>8} {dec:>10}  "
                    + "  ".join(f"{c:<28}" for c in cells))
     return out
+
+
+async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str], n_battles: int,
+                    greedy: bool = False) -> int:
+    """Play each point against each opponent not yet in ``curve.csv``, appending a row as
+    each finishes, then print the table of the chosen points."""
+    from ..learn.metrics import MetricsLog
+    from ..run.process import setup_process
+    from ..showdown import showdown_for
+    from .evaluate import evaluate_config, policy_from_checkpoint, training_label
+
+    device = setup_process(cfg)
+    out = run_dir / "curve.csv"
+    rows = read_rows(out)
+    todo = [(p, o) for p in points for o in opponents if not done(rows, p.update, o, n_battles)]
+    print(f"[curve] {len(points)} checkpoints x {len(opponents)} opponents, {n_battles} battles each: "
+          f"{len(todo)} to play ({len(points) * len(opponents) - len(todo)} already in {out})", flush=True)
+    tb = MetricsLog(run_dir, cfg.train.tensorboard, quiet=True) if todo else None
+    loaded: dict = {}  # the checkpoint being played, read once for all its opponents
+    try:
+        async with showdown_for(cfg.server, runner=cfg.runner) as server:
+            for p, o in todo:
+                if p.update not in loaded:
+                    loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=greedy,
+                                                               battle_format=cfg.runner.battle_format)}
+                policy, ckpt_cfg = loaded[p.update]
+                res = await evaluate_config(cfg, policy, server.url, o, n_battles, cfg.runner.concurrency)
+                label = training_label(o, ckpt_cfg.train)
+                rows.append(row_of(p, res, label))
+                append_row(out, rows[-1])
+                if tb is not None:
+                    tb.scalars(p.update, {f"curve/{o}": res.win_rate})
+                print(f"[curve] update {p.update} ({p.minutes:.1f} min, {p.sides} sides, "
+                      f"{p.decisions / 1e6:.2f}M decisions) vs {o} ({label}): "
+                      f"{res.summary()}", flush=True)
+    finally:
+        if tb is not None:
+            tb.close()
+    chosen = {p.update for p in points}
+    print("\n".join("[curve] " + line for line in table(
+        [r for r in rows if int(r["update"]) in chosen and r["opponent"] in opponents])))
+    print(f"[curve] {out}; drawn by maple-async report {run_dir}")
+    return 0

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from ..collect.agent import Agent
 from ..collect.match import Match
+from .. import config as config_mod
 from ..config import for_pool
 from ..inference.outside import until_failed
 from ..inference.policy import InferencePolicy, policy_from_checkpoint  # noqa: F401 - re-exported
 from ..learn.metrics import wilson_interval
-from ..pokeenv.players import BASELINES
+from ..opponents import Opponent, played, split, training_label  # noqa: F401 - training_label re-exported
 from ..teams import Teams
 
 
@@ -42,31 +45,40 @@ class EvalResult:
         return f"[eval] vs {self.opponent}: {self.summary()}"
 
 
-async def evaluate(policy: InferencePolicy, url: str, opponent: str, n_battles: int, *,
+async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, *,
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
-                   device="cpu", opponent_label: Optional[str] = None,
+                   opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
                    teams: Optional[Teams] = None, replays=None) -> EvalResult:
-    """Play ``n_battles`` against a baseline name or another checkpoint's policy.
+    """Play ``n_battles`` against ``opponent``: a baseline's name or another policy
+    (:func:`opponent_side`), called ``opponent_label`` in the results.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
     ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter."""
     agent = Agent(policy, batcher_cfg, name="eval")
-    if opponent in BASELINES:
-        other = opponent
-    else:
-        opp_policy, _ = policy_from_checkpoint(opponent, device, greedy=policy.greedy,
-                                               battle_format=battle_format)
-        other = Agent(opp_policy, batcher_cfg, name="eval-opponent")
+    other = opponent if isinstance(opponent, str) else Agent(opponent, batcher_cfg, name="eval-opponent")
+    label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
-                  labels=(opponent_label or opponent, "eval"), teams=teams, replays=replays)
+                  labels=(label, "eval"), teams=teams, replays=replays)
     try:
         seconds = await until_failed(match.play(n_battles), [policy, getattr(other, "policy", None)])
     finally:
         await match.close(close_batchers=True)
     r = match.results
-    return EvalResult(opponent_label or opponent, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"],
-                      r["tied"], seconds)
+    return EvalResult(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds)
+
+
+def opponent_side(opponent: Opponent, device, greedy: bool, battle_format: str):
+    """What :func:`evaluate` plays against: a baseline's name, or a checkpoint's policy
+    acting as greedily as the player does."""
+    if opponent.is_baseline:
+        return opponent.spec
+    return policy_from_checkpoint(opponent.spec, device, greedy=greedy, battle_format=battle_format)[0]
+
+
+def as_greedy(policy: InferencePolicy, greedy: bool) -> InferencePolicy:
+    """A loaded checkpoint's policy acting as greedily as its opponent (the same network)."""
+    return policy if policy.greedy == greedy else InferencePolicy(policy.network, policy.device, greedy=greedy)
 
 
 def bradley_terry(games: dict, anchor: Optional[str] = None, iters: int = 2000) -> dict[str, float]:
@@ -147,18 +159,6 @@ class EvalTable:
                 "ratings": self.ratings()}
 
 
-def training_label(opponent: str, train_cfg) -> str:
-    """Whether ``opponent`` was in the checkpoint's training mix ("in training"), the
-    teacher its weights were cloned from ("teacher (cloned)"), or neither ("held out");
-    another checkpoint is "checkpoint"."""
-    from ..config import parse_opponent_mix
-    if opponent not in BASELINES:
-        return "checkpoint"
-    if opponent in parse_opponent_mix(train_cfg.opponents):
-        return "in training"
-    return "teacher (cloned)" if opponent == train_cfg.teacher else "held out"
-
-
 def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), battles: int = 300, *,
                     config=None, concurrency: int = 32, quiet: bool = False, **options) -> EvalTable:
     """Evaluate an outside policy (an object, ``module:attr`` or ``file.py:attr``; see
@@ -173,7 +173,7 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
     cfg = for_pool(fmt, concurrency, options.pop("teams", None), options.pop("server", None),
                       options.pop("seed", None), config, options)
     if isinstance(opponents, str):
-        opponents = [o.strip() for o in opponents.split(",") if o.strip()]
+        opponents = split(opponents)
 
     async def run() -> EvalTable:
         from ..inference.outside import OutsidePolicy
@@ -182,10 +182,11 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
         table = EvalTable()
         me = OutsidePolicy(policy)
         async with showdown_for(cfg.server, quiet=True, runner=cfg.runner) as server:
-            for opp in opponents:
-                res = await evaluate(me, server.url, opp, battles, batcher_cfg=cfg.batcher,
+            for opp in map(played, opponents):
+                side = opponent_side(opp, "cpu", me.greedy, cfg.runner.battle_format)
+                res = await evaluate(me, server.url, side, battles, batcher_cfg=cfg.batcher,
                                      concurrency=concurrency, battle_format=cfg.runner.battle_format,
-                                     opponent_label=opp if opp in BASELINES else None,
+                                     opponent_label=opp.spec,
                                      battle_options=fast_kwargs(cfg.runner),
                                      battle_timeout_s=cfg.runner.battle_timeout_s, teams=for_config(cfg))
                 table.results.append((me.name, res, "outside policy"))
@@ -196,3 +197,79 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
         return table
 
     return run_async(run())
+
+
+async def evaluate_config(cfg, policy, url: str, opponent, n_battles: int, concurrency: int,
+                          label: Optional[str] = None, replays=None) -> EvalResult:
+    """:func:`evaluate` with the config's batcher, format, teams and battle options."""
+    from ..pokeenv.players import fast_kwargs
+    from ..teams import for_config
+    return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
+                          battle_format=cfg.runner.battle_format, opponent_label=label,
+                          battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
+                          teams=for_config(cfg), replays=replays)
+
+
+def checkpoint_format(cfg, checkpoint: str, keep_teams: bool = False, quiet: bool = False):
+    """``cfg`` playing ``checkpoint``'s own format and, unless ``keep_teams``, its teams where
+    they are here (not the default gen 9 one)."""
+    from ..learn import checkpoint as ckpt
+    saved = config_mod.from_saved(ckpt.load(checkpoint)["config"]).runner
+    cfg.runner.battle_format = saved.battle_format
+    if not keep_teams:
+        cfg.runner.teams = config_mod.teams_here(saved.teams, saved.battle_format)
+    cfg = config_mod.validate(cfg)
+    if not quiet:
+        print(f"[eval] {saved.battle_format}: the checkpoint's format (--runner.battle_format plays another)")
+    return cfg
+
+
+async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, *, greedy: bool = False,
+                   json_path: Optional[str] = None, replays_dir: Optional[str] = None) -> int:
+    """``player`` (a checkpoint or an outside policy) and every checkpoint among ``opponents``
+    against every baseline and every later checkpoint, in every format of the config: a row
+    printed as each finishes, then the ratings (``json_path`` ``-``: only the JSON, on stdout)."""
+    from ..inference.outside import policy_for
+    from ..pokeenv.replays import ReplayWriter
+    from ..run.process import setup_process
+    from ..showdown import showdown_for
+
+    device = setup_process(cfg)
+    baselines = [o for o in opponents if o.is_baseline]
+    checkpoints = list(dict.fromkeys([player] + [o.spec for o in opponents if not o.is_baseline]))
+    short = {c: Path(c).name for c in checkpoints}
+    if len(set(short.values())) < len(short):
+        short = {c: c for c in checkpoints}
+    loaded = {c: policy_for(c, device, greedy=greedy, battle_format=cfg.runner.battle_format)
+              for c in checkpoints}
+    table = EvalTable()
+    quiet = json_path == "-"
+    replays = ReplayWriter(replays_dir) if replays_dir else None
+    names = config_mod.formats(cfg.runner.battle_format)
+    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
+        # No baseline-vs-baseline games: the first checkpoint's row is the headline.
+        for fmt in names:
+            one = config_mod.for_format(cfg, fmt)
+            for i, c in enumerate(checkpoints):
+                policy, ckpt_cfg = loaded[c]
+                later = [(o, as_greedy(loaded[o][0], policy.greedy)) for o in checkpoints[i + 1:]]
+                for o, side in [(o.spec, o.spec) for o in baselines] + later:
+                    res = await evaluate_config(one, policy, server.url, side, n_battles, cfg.runner.concurrency,
+                                                label=short.get(o, o), replays=replays)
+                    label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
+                    tag = "" if len(names) == 1 else f" [{fmt}]"  # each format's players apart
+                    res.opponent += tag if not isinstance(side, str) else ""  # baselines keep one name
+                    table.results.append((short[c] + tag, res, label))
+                    if not quiet:
+                        print(table.row(-1), flush=True)
+    if json_path:
+        text = json.dumps(table.to_json(), indent=2)
+        if quiet:
+            print(text)
+        else:
+            Path(json_path).write_text(text + "\n")
+    if not quiet:
+        print("\n".join(table.summary()))
+        if replays is not None:
+            print(f"[eval] {replays.written} replays in {replays.folder}")
+    return 0

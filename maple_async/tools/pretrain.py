@@ -102,3 +102,12 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
     say(f"[pretrain] {sides} battle sides ({steps} decisions, {unrecorded} without an action index) in "
         f"{seconds:.0f}s; checkpoint {path}")
     return path
+
+
+async def run_pretrain(cfg: Config, teacher: str, n_battles: int, **options) -> Path:
+    """:func:`pretrain` on a server of the config's (managed unless one is named)."""
+    from ..run.process import setup_process
+    from ..showdown import showdown_for
+    device = setup_process(cfg)
+    async with showdown_for(cfg.server, runner=cfg.runner) as server:
+        return await pretrain(cfg, device, server.url, teacher, n_battles, **options)

@@ -164,3 +164,64 @@ async def ladder(session: Session, n_battles: int, timeout_s: float = 300.0) -> 
     changes = [r for b in battles for r in rating_lines(b, player.username)]
     return {**player.results, "rating_start": changes[0][0] if changes else None,
             "rating": changes[-1][1] if changes else None, "rated_battles": len(changes)}
+
+
+def outside_config(checkpoint: Optional[str], *, server: Optional[str], fmt: Optional[str],
+                   teams: Optional[str], concurrency: int, device: str):
+    """The checkpoint's own config (network, batcher, battle options) with this command's
+    server, format, teams, concurrency and device; a default config for an outside policy."""
+    from .. import config as config_mod
+    from ..learn import checkpoint as ckpt
+    cfg = config_mod.from_saved(ckpt.load(checkpoint)["config"]) if checkpoint else config_mod.Config()
+    cfg.server = config_mod.ServerConfig()
+    if server:
+        cfg.server.url = server
+    if fmt and fmt != cfg.runner.battle_format:
+        keep = cfg.runner.teams if cfg.runner.teams and "{format}" in cfg.runner.teams else None
+        cfg.runner.battle_format, cfg.runner.teams = fmt, keep
+    names = config_mod.formats(cfg.runner.battle_format)
+    if len(names) == 1:  # {format} in its pool's path stands for the one format played
+        cfg = config_mod.for_format(cfg, names[0])
+    cfg.runner.teams = teams or config_mod.teams_here(cfg.runner.teams, cfg.runner.battle_format)
+    cfg.runner.concurrency = concurrency
+    cfg.runner.device = device
+    return config_mod.validate(cfg)
+
+
+async def run_outside(cfg, label: str, spec: str, *, n_battles: int, server: Optional[str] = None,
+                      credentials: Optional[str] = None, username: Optional[str] = None,
+                      login_url: Optional[str] = None, replays: Optional[str] = None,
+                      greedy: bool = False) -> int:
+    """``serve`` or ``ladder`` (``label``): log the agent of ``spec`` (a checkpoint or an outside
+    policy) in (a managed loopback server unless ``server``), play, print its summary."""
+    from ..inference.outside import policy_for, until_failed
+    from ..pokeenv.accounts import DEFAULT_LOGIN_URL, credentials_for
+    from ..pokeenv.players import run_id
+    from ..run.process import setup_process
+    from ..server import server_for
+    from ..teams import for_config
+
+    creds = credentials_for(server or "127.0.0.1", credentials, username or f"maple{run_id()}")
+    device = setup_process(cfg)
+    policy, _ = policy_for(spec, device, greedy=greedy, battle_format=cfg.runner.battle_format)
+    teams = for_config(cfg)
+    # A real server: a ladder and challenges from people are the point of these commands.
+    async with server_for(cfg.server) as running:
+        session = open_session(cfg, policy, running.url, creds, cfg.runner.concurrency, teams,
+                               replays, login_url or DEFAULT_LOGIN_URL, label)
+        if label == "serve":
+            try:
+                await until_failed(serve(session, n_battles, cfg.runner.battle_timeout_s), [policy])
+            finally:  # Ctrl-C is how a serve without --battles ends: say what it played
+                r = session.player.results
+                print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T", flush=True)
+        else:
+            r = await until_failed(ladder(session, n_battles, cfg.runner.battle_timeout_s), [policy])
+            rating = (f"rating {r['rating']} on the server's {cfg.runner.battle_format} ladder "
+                      f"({r['rating_start']} before the first battle)" if r["rating"] is not None
+                      else "the server reported no rating (its ladder may be disabled)")
+            print(f"[ladder] {creds.username}: {r['won']}W/{r['lost']}L/{r['tied']}T in "
+                  f"{r['won'] + r['lost'] + r['tied']} battles; {rating}")
+    if replays:
+        print(f"[{label}] replays in {replays}")
+    return 0

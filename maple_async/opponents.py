@@ -1,0 +1,158 @@
+"""Opponent specs, read in one place: strings (and policy objects) to small typed specs.
+
+A spec names whom a side plays: ``self``, the ``league``, a baseline (poke-env's
+``random``, ``max_power``, ``heuristics``), a checkpoint file, or a policy trained outside
+(``module:attr``, ``path/to/file.py:attr`` or the object itself). Training mixes weight
+kinds (``self:0.5,league:0.3,heuristics:0.2``); evaluations list opponents
+(``random,max_power,runs/a/latest.pt``). Parsing only: nothing here loads a checkpoint or
+imports a policy, so config validation, the CLI and the pools all read specs alike.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, UserError
+
+BASELINE_NAMES = ("random", "max_power", "heuristics")  # poke-env's players (pokeenv.players.BASELINES)
+MIX_KINDS = ("self", "league") + BASELINE_NAMES
+
+SELF, LEAGUE, BASELINE, CHECKPOINT, POLICY = "self", "league", "baseline", "checkpoint", "policy"
+
+
+@dataclass(frozen=True)
+class Opponent:
+    """One opponent: its ``kind`` and the ``spec`` as given (a name, a path, ``module:attr``
+    or a policy object)."""
+
+    kind: str
+    spec: Any
+
+    @property
+    def name(self) -> str:
+        """What results call it: a checkpoint by its file name, a policy by its spec or name."""
+        if self.kind == CHECKPOINT:
+            return Path(self.spec).name
+        if isinstance(self.spec, str):
+            return self.spec
+        return getattr(self.spec, "name", None) or getattr(self.spec, "__name__", None) or type(self.spec).__name__
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.kind == BASELINE
+
+
+def split(text: str) -> list[str]:
+    """A comma list, blanks dropped."""
+    return [o.strip() for o in text.split(",") if o.strip()]
+
+
+def is_checkpoint(spec: Any) -> bool:
+    """A checkpoint path (an existing file, or a name ending ``.pt``) rather than a policy."""
+    return isinstance(spec, (str, Path)) and (str(spec).endswith(".pt") or Path(spec).is_file())
+
+
+def parse(spec: Any) -> Opponent:
+    """Any opponent a pool plays: ``self``, a baseline, a checkpoint, a policy object or
+    ``module:attr``."""
+    if isinstance(spec, str) and (spec == SELF or spec in BASELINE_NAMES):
+        return Opponent(SELF if spec == SELF else BASELINE, spec)
+    if is_checkpoint(spec):
+        return Opponent(CHECKPOINT, str(spec))
+    if isinstance(spec, str) and ":" not in spec:
+        raise ValueError(f"opponent {spec!r}: expected self, {', '.join(BASELINE_NAMES)}, a checkpoint file, "
+                         f"a policy object or module:attr")
+    return Opponent(POLICY, spec)
+
+
+def played(spec: str) -> Opponent:
+    """An opponent that ``evaluate`` plays: a baseline by name, else a checkpoint path."""
+    return Opponent(BASELINE if spec in BASELINE_NAMES else CHECKPOINT, spec)
+
+
+def eval_list(text: str) -> list[Opponent]:
+    """eval's ``--opponents``: baselines and checkpoint files, at least one."""
+    names = split(text)
+    for name in names or [""]:
+        if name not in BASELINE_NAMES and not os.path.isfile(name):
+            raise UserError(f"--opponents must list {', '.join(BASELINE_NAMES)} or checkpoint files; "
+                            f"got {name!r}")
+    return [played(n) for n in names]
+
+
+def baseline_list(text: str) -> list[str]:
+    """curve's ``--opponents``: baselines only, at least one."""
+    names = split(text)
+    if not names:
+        raise UserError("--opponents lists no opponent")
+    for name in names:
+        if name not in BASELINE_NAMES:
+            raise UserError(f"--opponents must list {', '.join(BASELINE_NAMES)}; got {name!r}")
+    return names
+
+
+def teacher_and_opponent(teacher: str, opponent: str) -> None:
+    """pretrain's ``--teacher`` (a baseline) and ``--opponent`` (a baseline or self)."""
+    if teacher not in BASELINE_NAMES or (opponent != SELF and opponent not in BASELINE_NAMES):
+        raise UserError(f"--teacher and --opponent must be one of {', '.join(BASELINE_NAMES)} (--opponent also self)")
+
+
+def parse_eval_opponents(spec: str) -> list[str]:
+    """``train.eval_opponents``: a comma list of baselines."""
+    names = [o.strip() for o in spec.split(",")]
+    bad = [o for o in names if o not in BASELINE_NAMES]
+    if bad:
+        raise ConfigError(f"config key 'train.eval_opponents' lists {', '.join(BASELINE_NAMES)}, got {bad[0]!r}")
+    return names
+
+
+def parse_opponent_mix(spec: str) -> dict[str, float]:
+    """Parse ``"self:0.5,league:0.3,heuristics:0.2"`` into normalised weights."""
+    mix: dict[str, float] = {}
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, weight = part.partition(":")
+        name = name.strip()
+        if name not in MIX_KINDS:
+            raise ConfigError(
+                f"config key 'train.opponents': unknown opponent '{name}' "
+                f"(known: {', '.join(MIX_KINDS)})"
+            )
+        try:
+            w = float(weight) if weight else 1.0
+        except ValueError:
+            raise ConfigError(
+                f"config key 'train.opponents': weight for '{name}' must be a number, "
+                f"got {weight!r}"
+            ) from None
+        if w < 0:
+            raise ConfigError(f"config key 'train.opponents': weight for '{name}' is negative")
+        mix[name] = mix.get(name, 0.0) + w
+    total = sum(mix.values())
+    if total <= 0:
+        raise ConfigError("config key 'train.opponents' needs at least one positive weight")
+    return {k: v / total for k, v in mix.items() if v > 0}
+
+
+def training_label(opponent: str, train_cfg) -> str:
+    """Whether ``opponent`` was in the checkpoint's training mix ("in training"), the
+    teacher its weights were cloned from ("teacher (cloned)"), or neither ("held out");
+    another checkpoint is "checkpoint"."""
+    if opponent not in BASELINE_NAMES:
+        return "checkpoint"
+    if opponent in parse_opponent_mix(train_cfg.opponents):
+        return "in training"
+    return "teacher (cloned)" if opponent == train_cfg.teacher else "held out"
+
+
+def policy_ref(spec: str) -> tuple[str, str]:
+    """``module:attr`` or ``path/to/file.py:attr`` as (module or file, attribute path)."""
+    module, sep, attr = spec.rpartition(":")
+    if not sep or not module or not attr:
+        raise UserError(f"--policy {spec!r}: expected module:attr or path/to/file.py:attr")
+    return module, attr

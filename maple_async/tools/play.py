@@ -1,0 +1,64 @@
+"""The ``play`` command's run: battles with a network or an outside policy, no learning,
+and their throughput."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Optional
+
+from ..run.process import setup_process
+
+
+async def progress(label: str, get_done, total: int, period: float = 5.0) -> None:
+    """A line every ``period`` seconds: battles done of ``total`` and their rate."""
+    t0 = time.perf_counter()
+    while True:
+        await asyncio.sleep(period)
+        done = get_done()
+        dt = time.perf_counter() - t0
+        print(f"[{label}] {done}/{total} battles  {done / dt:.2f} battles/s", flush=True)
+
+
+async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = None) -> int:
+    from ..collect.agent import Agent
+    from ..collect.match import play
+    from ..inference.outside import OutsidePolicy, until_failed
+    from ..inference.policy import InferencePolicy
+    from ..learn import networks as nets
+    from ..pokeenv.players import fast_kwargs
+    from ..showdown import showdown_for
+    from ..teams import for_config
+
+    device = setup_process(cfg)
+    if policy_spec:
+        policy = OutsidePolicy(policy_spec)
+    else:
+        policy = InferencePolicy(nets.for_config(cfg), device)
+    agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
+    async with showdown_for(cfg.server, runner=cfg.runner) as server:
+        sides = 2 if cfg.runner.opponent == "self" else 1
+        prog = asyncio.get_running_loop().create_task(
+            progress("play", lambda: agent.stats.battles // sides, n_battles))
+        try:
+            res = await until_failed(play(agent, server.url, n_battles, opponent=cfg.runner.opponent,
+                                          concurrency=cfg.runner.concurrency,
+                                          battle_format=cfg.runner.battle_format,
+                                          battle_timeout_s=cfg.runner.battle_timeout_s,
+                                          battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg),
+                                          replays=replays), [policy])
+        finally:
+            prog.cancel()
+            await agent.batcher.close()
+    print(f"[play] {res.battles} battles in {res.seconds:.1f}s: {res.battles_per_s:.2f} battles/s, "
+          f"{res.decisions_per_s:.0f} decisions/s, mean batch {res.mean_batch_size:.1f}, "
+          f"win rate {res.wins / max(res.battles, 1):.3f} ({res.wins}W/{res.losses}L/{res.ties}T) "
+          f"{'policy=' + policy.name if policy_spec else 'network=' + cfg.network.kind} device={device} "
+          f"concurrency={cfg.runner.concurrency} "
+          f"opponent={cfg.runner.opponent}")
+    print(f"[play] hidden states left: {len(agent.hidden)}, fallbacks: {agent.stats.fallbacks}, "
+          f"[Invalid choice] errors: {agent.stats.invalid_choices}, [Unavailable choice] "
+          f"(hidden trapping): {agent.stats.unavailable_choices}, re-decisions: {agent.stats.retries}"
+          + (f", {cfg.runner.opponent}'s [Invalid choice] errors: {res.opponent_invalid_choices}"
+             if res.opponent_invalid_choices is not None else ""))
+    return 0
