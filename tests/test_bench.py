@@ -10,6 +10,7 @@ import torch
 from maple_async import config as C
 from maple_async.run.loop import LearningLoop
 from maple_async.tools import bench
+from maple_async.tools.bench import phases
 
 
 def _checkpoint(run_dir) -> tuple[str, LearningLoop]:
@@ -122,9 +123,9 @@ def test_repeats_alternate_which_side_is_measured_first(monkeypatch):
         calls.append("runner")
         return bench.Window(seconds=10, battles=90, decisions=900, cpu_s=1.0, batch_sizes=[9])
 
-    monkeypatch.setattr(bench, "measure_ceiling", ceiling)
-    monkeypatch.setattr(bench, "measure_runner", runner)
-    monkeypatch.setattr(bench, "tune_gc", lambda *_: None)
+    monkeypatch.setattr(phases, "measure_ceiling", ceiling)
+    monkeypatch.setattr(phases, "measure_runner", runner)
+    monkeypatch.setattr(phases, "tune_gc", lambda *_: None)
     from maple_async.config import load
     cfg = load(None)
     out, _ = asyncio.run(bench.run_bench(cfg, "cpu", 1.0, 0.0, False, "ws://x", repeats=3))
