@@ -129,7 +129,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from ..tools import sweep
+    from ..tools.bench import command as sweep
     cfg = load_config(args)
     if args.seconds <= 0 or args.warmup < 0 or args.repeats < 1:
         raise UserError("--seconds must be > 0, --warmup >= 0 and --repeats >= 1")
@@ -141,7 +141,7 @@ def cmd_bench(args) -> int:
     if args.checkpoint:
         cfg = sweep.with_checkpoint(cfg, args.checkpoint)
     check_teams(cfg, quiet=args.json == "-")
-    return run_async(sweep.run_bench(cfg, args))
+    return run_async(sweep.run_command(cfg, args))
 
 
 def _numbers(text: Optional[str], flag: str, convert, what: str) -> Optional[list]:

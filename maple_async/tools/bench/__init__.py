@@ -13,7 +13,7 @@ warm-up, so ramp-up and the server's JIT warm-up are excluded):
 The package by job, lowest first: :mod:`.machine` (cores, Showdown's CPU, a throttled
 server), :mod:`.stats` (windows, percentiles, confidence intervals, rounds pooled, the
 summary), :mod:`.output` (what it prints and writes), :mod:`.phases` (the measured windows
-and the rounds that alternate them), :mod:`.sweep` (``--sweep``'s combinations),
+and the rounds that alternate them), :mod:`.sweep` (``--sweep``'s combinations), :mod:`.command` (what the command runs: the sweep's steps and the output),
 :mod:`.shards` (``--shards N``), and ``--env``: :mod:`.docs_env` (poke-env's docs
 environment), :mod:`.pokeenv_setups` (it stepped alone or in SB3 vector envs) and
 :mod:`.env_bench` (maple-async's pool beside them).

@@ -14,15 +14,15 @@ import copy
 import sys
 from pathlib import Path
 
-from .. import config as config_mod
-from ..opponents import split
-from ..run.process import setup_process
-from . import bench
+from ... import config as config_mod
+from ...opponents import split
+from ...run.process import setup_process
+from .. import bench
 
 
 def with_checkpoint(cfg, path: str):
     """``cfg`` playing (and, with --learn, learning from) a checkpoint's network and weights."""
-    from ..learn import checkpoint as ckpt
+    from ...learn import checkpoint as ckpt
     cfg.network = config_mod.from_saved(ckpt.load(path)["config"]).network
     cfg.train.init = path
     return cfg
@@ -37,7 +37,7 @@ def sweep_step(cfg, over: dict):
     return config_mod.validate(c)
 
 
-async def run_bench(cfg, opts) -> int:
+async def run_command(cfg, opts) -> int:
     """The bench ``opts`` ask for; the exit status (1 when a phase failed)."""
     device = setup_process(cfg)
     if opts.env:
@@ -48,7 +48,7 @@ async def run_bench(cfg, opts) -> int:
         if opts.json != "-":
             print(bench.shards_report(summary))
         return output(opts, [({}, summary)], summary)
-    from ..showdown import showdown_for
+    from ...showdown import showdown_for
     combos = bench.parse_sweep(opts.sweep) if opts.sweep else [{}]
     rows, ceilings = [], {}
     async with contextlib.AsyncExitStack() as stack:
@@ -81,7 +81,7 @@ async def run_bench(cfg, opts) -> int:
 
 
 async def _env_bench(cfg, opts) -> int:
-    from ..server import server_for
+    from ...server import server_for
     from . import envbench
     # poke-env's own environments need a server: every set-up plays on the same one.
     async with server_for(cfg.server, quiet=True) as server:
