@@ -25,6 +25,7 @@ from typing import Optional
 import aiohttp
 
 from .errors import UserError
+from .procs import die_with_parent
 
 SHOWDOWN_VERSION = "0.11.11"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -282,7 +283,7 @@ class ShowdownServer:
             cwd=pkg, stdout=self._log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env={**os.environ, "MAPLE_SIMULATORS": str(self.simulators)},
             start_new_session=True,  # own process group: stop() takes its simulators too
-            preexec_fn=_die_with_parent if self.attached else None,
+            preexec_fn=die_with_parent if self.attached else None,
         )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -333,15 +334,6 @@ class ShowdownServer:
 
     async def __aexit__(self, *exc) -> None:
         self.stop()
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the Python parent dies, even by SIGKILL (Linux)."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def _kill_group(pgid: int, timeout: float) -> None:

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import UserError
-from .server import _die_with_parent, _which, install, SHOWDOWN_VERSION
+from .procs import die_with_parent
+from .server import _which, install, SHOWDOWN_VERSION
 
 log = logging.getLogger("maple_async.simulator")
 
@@ -339,7 +340,7 @@ class Simulators:
         await loop.subprocess_exec(
             lambda: proc, self._node, str(HUB_JS), str(self._pkg),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log_file,
-            start_new_session=True, preexec_fn=_die_with_parent)
+            start_new_session=True, preexec_fn=die_with_parent)
         if self.closed:  # closed while it was being started
             proc.kill()
             return proc

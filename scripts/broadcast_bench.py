@@ -2,7 +2,7 @@
 
 The learner process publishes a preset's network weights every ``--every`` seconds to
 ``--workers`` spawned processes, through the training transport's own queue and worker inbox
-(``maple_async.run.transports``), while a thread of pure Python holds the GIL (a stand-in
+(``maple_async.run.shards``), while a thread of pure Python holds the GIL (a stand-in
 for a busy learner process). Each worker notes when each version arrived. ``--wire tensors`` sends the state_dict
 as it is (torch tensors: shared-memory file descriptors fetched from the learner's
 resource-sharer thread), ``--wire bytes`` as the transport sends it (one pickle of numpy
@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _worker(q, out) -> None:
-    from maple_async.run.transports import _Inbox
+    from maple_async.run.worker import WeightsInbox
 
     out.put("ready")  # imports done: the clock starts when every worker is up
 
     async def main():
-        inbox, got = _Inbox(q, alive=lambda: True), []
+        inbox, got = WeightsInbox(q, alive=lambda: True), []
         while (msg := await inbox.get()) is not None:
             got.append((msg["version"], time.time()))
         return got
@@ -50,7 +50,7 @@ def main() -> None:
 
     from maple_async import config as C
     from maple_async.learn import networks
-    from maple_async.run.transports import pack_weights_msg
+    from maple_async.run.wire import pack_weights_msg
 
     cfg = C.load(args.config)
     sd = {k: v.detach().clone() for k, v in networks.for_config(cfg).state_dict().items()}

@@ -17,7 +17,7 @@ from maple_async.learn import networks as nets
 from maple_async.obs import encoding as enc
 from maple_async.obs import actions as act
 from maple_async.run.loop import LearningLoop
-from maple_async.run.transports import PackedTrajectory
+from maple_async.run.wire import PackedTrajectory
 
 from test_learner import fake_traj
 from test_loop import ScriptedTransport, _cfg
@@ -188,17 +188,18 @@ async def test_snapshots_are_drawn_on_the_loop_thread_when_the_forward_is_offloa
 async def test_shards_are_sent_each_snapshot_once_and_a_replaced_worker_all(tmp_path):
     """The sharded transports send a league snapshot once; a worker fed the deltas holds
     every snapshot the loop's draw probabilities name; a replaced worker starts whole."""
-    from maple_async.run.transports import ProcessTransport, _Shard, unpack_weights_msg
+    from maple_async.run.shards import ProcessTransport, _Shard
+    from maple_async.run.wire import unpack_weights_msg
 
-    class Fake(ProcessTransport):
-        def _spawn(self, i, msg):
-            return f"worker-{i}", [msg]
+    class Worker(list):  # what the learner sent it, in order
+        send = list.append
 
-        def _alive(self, sh):
+        def is_alive(self):
             return True
 
-        def _send(self, sh, msg):
-            sh.inbox.append(msg)
+    class Fake(ProcessTransport):
+        def launch(self, i, msg):
+            return Worker([msg])
 
     cfg = _cfg(tmp_path, **{"train.opponents": "self:0.5,league:0.5", "train.league_every_updates": 1,
                             "train.league_size": 2, "train.shards": 2})
@@ -207,13 +208,13 @@ async def test_shards_are_sent_each_snapshot_once_and_a_replaced_worker_all(tmp_
     loop._league_rule()
     await tp.start(loop.weights_msg())
     policy = LeaguePolicy(lambda: nets.from_config(cfg.network), rng=random.Random(0))
-    policy.load_state_dict(tp.shards[0].inbox[0]["league"])
+    policy.load_state_dict(tp.shards[0].worker[0]["league"])
     for upd in range(1, 5):
         loop.learner.updates = upd
         loop._league_rule()
         tp.publish(loop.weights_msg())
-        assert tp.shards[1].inbox[-1] is tp.shards[0].inbox[-1]  # packed once for every shard
-        sent = unpack_weights_msg(tp.shards[0].inbox[-1])["league"]
+        assert tp.shards[1].worker[-1] is tp.shards[0].worker[-1]  # packed once for every shard
+        sent = unpack_weights_msg(tp.shards[0].worker[-1])["league"]
         assert list(sent["snapshots"]) == [upd] and set(sent["probs"]) == {upd - 1, upd}
         policy.load_state_dict(sent)
         assert set(policy.policies) == set(sent["probs"])

@@ -8,7 +8,7 @@ import numpy as np
 
 from maple_async import config as C
 from maple_async.run.loop import LearningLoop
-from maple_async.run.transports import PackedTrajectory
+from maple_async.run.wire import PackedTrajectory
 
 from test_learner import fake_traj
 

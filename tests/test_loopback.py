@@ -167,7 +167,7 @@ def test_local_ray_listens_on_loopback_only():
     """A local Ray started the way ``--train.backend ray`` starts one (no train.ray_address):
     none of its processes (GCS, raylet, agents, workers, this driver) listens beyond loopback."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'maple-async[ray]')")
-    from maple_async.run.transports import init_local_ray
+    from maple_async.run.ray import init_local_ray
 
     if ray.is_initialized():
         pytest.skip("a Ray is already initialised in this process")

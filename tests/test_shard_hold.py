@@ -1,7 +1,7 @@
 """A shard holds its decisions while the learner asks it to, or while too many of its
 finished trajectories wait for the learner (released at half the limit)."""
 
-from maple_async.run.transports import ShardHold
+from maple_async.run.worker import ShardHold
 
 
 def _hold(limit=8):

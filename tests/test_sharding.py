@@ -9,6 +9,7 @@ import pytest
 from maple_async import config as C
 from maple_async.run.loop import LearningLoop
 from maple_async.run.transports import ProcessTransport
+from maple_async.run.wire import ShardStats
 
 pytestmark = pytest.mark.integration
 
@@ -113,8 +114,8 @@ async def test_shards_hold_while_the_learner_takes_nothing(tmp_path):
     handle = tp._handle
 
     def spy(msg):
-        if msg[0] == "stats":
-            peak[msg[1]] = max(peak.get(msg[1], 0), msg[2]["queued"])
+        if isinstance(msg, ShardStats):
+            peak[msg.shard] = max(peak.get(msg.shard, 0), msg.stats["queued"])
         handle(msg)
 
     tp._handle = spy

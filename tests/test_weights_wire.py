@@ -11,7 +11,9 @@ import torch
 
 from maple_async import config as C
 from maple_async.learn import networks
-from maple_async.run.transports import ProcessTransport, _Inbox, _Shard, pack_weights_msg
+from maple_async.run.shards import ProcessTransport, ProcessWorker, _Shard
+from maple_async.run.wire import Pause, pack_weights_msg
+from maple_async.run.worker import WeightsInbox
 
 
 def _weights(seed: int) -> dict:
@@ -29,7 +31,7 @@ async def test_a_broadcast_reaches_a_worker_as_bytes_and_reads_back_as_the_same_
     tp = ProcessTransport(C.load("config/test.yaml", {"train.shards": 2}), quiet=True)
     ctx = mp.get_context("spawn")
     queues = [ctx.Queue(), ctx.Queue()]
-    tp.shards = [_Shard(i, SimpleNamespace(is_alive=lambda: True), q) for i, q in enumerate(queues)]
+    tp.shards = [_Shard(i, ProcessWorker(SimpleNamespace(is_alive=lambda: True), q)) for i, q in enumerate(queues)]
     first = {"weights": _weights(1), "version": 3, "league": None}
     tp._record(first)
     second = {"weights": _weights(2), "version": 4,
@@ -39,10 +41,10 @@ async def test_a_broadcast_reaches_a_worker_as_bytes_and_reads_back_as_the_same_
     for q in queues:
         raw = q.get(timeout=10)
         assert isinstance(raw, bytes)  # no tensor, so no file descriptor, crosses the queue
-        assert q.get(timeout=10) == {"pause": True}
+        assert q.get(timeout=10) == Pause(True)
         again = ctx.Queue()
         again.put(raw)
-        msg = await asyncio.wait_for(_Inbox(again, alive=lambda: True).get(), 10)  # the worker's side
+        msg = await asyncio.wait_for(WeightsInbox(again, alive=lambda: True).get(), 10)  # the worker's side
         assert msg["version"] == 4 and msg["league"]["probs"] == {0: 0.25, 4: 0.75}
         _same(second["weights"], msg["weights"])
         for k in (0, 4):
@@ -57,7 +59,7 @@ async def test_the_worker_inbox_keeps_no_tensor_once_it_handed_a_message_on():
 
     q = mp.get_context("spawn").Queue()
     q.put(pack_weights_msg({"weights": _weights(5), "version": 1, "league": None}))
-    inbox = _Inbox(q, alive=lambda: True)
+    inbox = WeightsInbox(q, alive=lambda: True)
     msg = await asyncio.wait_for(inbox.get(), 10)
     kept = weakref.ref(next(iter(msg["weights"].values())))
     del msg

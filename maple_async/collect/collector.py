@@ -9,7 +9,7 @@ with :meth:`Collector.apply`; finished trajectories leave through ``on_trajector
 A server that dies (or stops answering twice in a row), or players that never log in, are
 a fault: in-flight battles are abandoned (never trained on), the server is recovered and
 new lanes start. The same collector runs in the training process, in a shard's worker
-process and in a Ray actor (:mod:`maple_async.run.transports`).
+process and in a Ray actor (:mod:`maple_async.run.worker`).
 """
 
 from __future__ import annotations

@@ -9,15 +9,14 @@ batch, not per slot), and the parent's answers come back as one message per work
 
 Every reset starts a new epoch: a worker tags each batch with the epoch it was gathered
 in, and the parent drops a batch of an earlier one, so ``recv`` after ``async_reset``
-returns only the new battles' steps. A worker whose pool stops sends its traceback before
-it exits (code 1); the parent raises it, naming the shard, from every call after.
+returns only the new battles' steps. A worker whose pool stops sends its traceback
+(:class:`~maple_async.procs.Failed`) before it exits (code 1); the parent raises it, naming
+the shard, from every call after.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing as mp
-import signal
 import sys
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .. import procs
 from ..obs import games
 from .api import PoolAPI
 from .local import LocalPool as BattlePool  # a shard's own pool: one process (tests put a stand-in here)
@@ -50,10 +50,9 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
     ``("batch", arrays, epoch)``, ``("reset", epoch)`` (done), ``("stats", dict)``,
     ``("opponent", name, error)``, ``("error", traceback, epoch)`` (the caller's
     ``embed_battle`` or ``reward_fn`` raised: no batches until the next reset) and
-    ``("fatal", traceback)`` (the pool stopped; the worker then exits with code 1)."""
-    from ..server import _die_with_parent
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    :class:`~maple_async.procs.Failed` (the pool stopped; the worker then exits with code 1)."""
+    if procs.enter_worker() is None:
+        return
     send_lock = threading.Lock()
     stop = threading.Event()
     fatal: list = []
@@ -68,7 +67,7 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
     try:
         pool = BattlePool(*args, **kwargs)
     except BaseException:  # noqa: BLE001 - reported to the parent
-        reply(("fatal", traceback.format_exc()))
+        reply(procs.Failed.now())
         sys.exit(1)
     # One pool.recv or reset at a time, so a batch's epoch is the one it was gathered in.
     pool_lock = threading.Lock()
@@ -106,7 +105,7 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
                 elif op == "close":
                     return
         except BaseException:  # noqa: BLE001 - reported to the parent
-            fatal.append(traceback.format_exc())
+            fatal.append(procs.Failed.now())
         finally:
             stop.set()
 
@@ -136,10 +135,10 @@ def _worker(conn, args: tuple, kwargs: dict) -> None:
             elif len(out[1]):
                 reply(("batch", out, epoch))
     except BaseException:  # noqa: BLE001 - reported to the parent
-        fatal.append(traceback.format_exc())
+        fatal.append(procs.Failed.now())
     finally:
         if fatal:
-            reply(("fatal", fatal[0]))
+            reply(fatal[0])
         pool.close()
     if fatal:
         sys.exit(1)
@@ -180,7 +179,6 @@ class ShardedPool(PoolAPI):
         self._server = server  # given: every shard plays there
         self.opponent_name = opponent if isinstance(opponent, str) else getattr(opponent, "__name__", "policy")
         self.self_play = opponent == "self"
-        ctx = mp.get_context("spawn")
         sims = kwargs.pop("simulators", None) or resolve_simulators(0, shards)
         self._conns, self._procs = [], []
         self._replies: list[dict] = [{} for _ in range(shards)]
@@ -189,11 +187,8 @@ class ShardedPool(PoolAPI):
             kw = dict(kwargs, battle_format=battle_format, num_battles=n, batch_size=None, server=server,
                       opponent=opponent, teams=teams, simulators=sims, recv_timeout_s=recv_timeout_s,
                       start_timeout_s=start_timeout_s, seed=None if seed is None else shard_seed(seed, i))
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, (), kw), name=f"maple-pool-shard{i}", daemon=True)
-            proc.start()
-            child.close()
-            self._conns.append(parent)
+            proc, conn = procs.spawn(_worker, ((), kw), name=f"maple-pool-shard{i}")
+            self._conns.append(conn)
             self._procs.append(proc)
         self._offsets, self._sizes, self._urls = [], [], []
         offset = 0
@@ -205,8 +200,8 @@ class ShardedPool(PoolAPI):
                     msg = conn.recv()
                 except (EOFError, OSError):
                     self._died(i)
-                if msg[0] == "fatal":
-                    raise RuntimeError(f"shard {i} failed to start: {msg[1]}")
+                if isinstance(msg, procs.Failed):
+                    raise RuntimeError(f"shard {i} failed to start: {msg.traceback}")
                 _, size, url, self.opponent_name = msg
                 self._offsets.append(offset)
                 self._sizes.append(size)
@@ -257,15 +252,8 @@ class ShardedPool(PoolAPI):
 
     def _last_words(self, i: int) -> Optional[str]:
         """The traceback a dead shard sent before it exited, if it is still in its pipe."""
-        conn = self._conns[i]
-        try:
-            while conn.poll(0):
-                msg = conn.recv()
-                if msg[0] == "fatal":
-                    return msg[1]
-        except (EOFError, OSError):
-            pass
-        return None
+        failed = procs.last_words(self._conns[i])
+        return failed.traceback if failed else None
 
     def _post(self, i: int, msg: tuple) -> None:
         try:
@@ -352,6 +340,8 @@ class ShardedPool(PoolAPI):
         return parts
 
     def _handle(self, i: int, msg: tuple) -> list:
+        if isinstance(msg, procs.Failed):
+            self._died(i, msg.traceback)
         kind = msg[0]
         if kind == "batch":
             _, out, epoch = msg
@@ -359,9 +349,7 @@ class ShardedPool(PoolAPI):
                 return []
             out[4]["env_id"] = out[4]["env_id"] + self._offsets[i]
             return [out]
-        if kind == "fatal":
-            self._died(i, msg[1])
-        elif kind == "error":
+        if kind == "error":
             if msg[2] == self._epoch and self._user_error is None:
                 self._user_error = (f"shard {i}: the caller's embed_battle or reward_fn raised (the pool "
                                     f"goes on after async_reset()):\n{msg[1]}")
@@ -416,20 +404,13 @@ class ShardedPool(PoolAPI):
             return
         self._closed = True
         atexit.unregister(self.close)
-        conns, procs = getattr(self, "_conns", []), getattr(self, "_procs", [])
+        conns, workers = getattr(self, "_conns", []), getattr(self, "_procs", [])
         for conn in conns:
             try:
                 conn.send(("close",))
             except (BrokenPipeError, OSError):
                 pass
-        for stage, grace in ((None, timeout), ("terminate", 5.0), ("kill", 5.0)):
-            alive = [p for p in procs if p.is_alive()]
-            if stage is not None:
-                for p in alive:
-                    getattr(p, stage)()
-            deadline = time.monotonic() + grace
-            for p in alive:
-                p.join(max(0.0, deadline - time.monotonic()))
+        procs.stop_all(workers, timeout)
         for conn in conns:
             conn.close()
 

@@ -1,6 +1,6 @@
 """The learning loop: the one place where trajectories become updates.
 
-It gathers finished trajectories from a transport (:mod:`maple_async.run.transports`: the
+It gathers finished trajectories from a transport (:class:`~maple_async.run.transports.Transport`: the
 collector in this process, in worker processes, or in Ray actors), updates the learner in a
 worker thread every ``train.battles_per_update`` trajectories (the event loop keeps serving
 websockets meanwhile), publishes the new weights, and applies the run's rules once, for

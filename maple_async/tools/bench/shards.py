@@ -12,17 +12,21 @@ from .output import progress
 from .stats import Window, ratio, summarise
 
 
-def _shard_main(shard: int, cfg_dict: dict, seconds: float, warmup_s: float, barrier, results) -> None:
-    """One shard of the machine-scale bench, in its own process with its own server."""
+def _shard_main(conn, shard: int, cfg_dict: dict, seconds: float, warmup_s: float, barrier) -> None:
+    """One shard of the machine-scale bench, in its own process with its own server: its
+    figures, or its error, go to the parent over its pipe."""
+    from ... import procs
     from ...config import from_saved
     from ...run.process import run_async, setup_process
-    cfg = from_saved(cfg_dict)
+    if procs.enter_worker() is None:
+        return
     try:
+        cfg = from_saved(cfg_dict)
         out = run_async(_shard_phases(cfg, setup_process(cfg), seconds, warmup_s, barrier))
-    except BaseException as e:  # the parent reports it; a broken barrier frees the others
+    except BaseException:  # the parent reports it; a broken barrier frees the others
         barrier.abort()
-        out = f"{type(e).__name__}: {e}"
-    results.put((shard, out))
+        out = procs.Failed.now(shard)
+    conn.send(out)
 
 
 async def _shard_phases(cfg, device, seconds: float, warmup_s: float, barrier) -> dict:
@@ -77,31 +81,26 @@ async def run_shards_bench(cfg, device, shards: int, seconds: float, warmup_s: f
     """``shards`` processes, each with its own server, measure the ceiling (RandomPlayer
     pairs) in step, then maple-async self-play in step; with ``learn``, the training run's
     loop with that many shards. Totals are the machine's; ``per_shard`` lists each shard's."""
-    import multiprocessing as mp
-
+    from ... import procs
     from ...server import cores, resolve_simulators
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(shards), ctx.Queue()
+    barrier = procs.CTX.Barrier(shards)
     cfg_dict = cfg.to_dict()
     cfg_dict["server"]["simulators"] = resolve_simulators(cfg.server.simulators, shards)
-    procs = [ctx.Process(target=_shard_main, args=(i, cfg_dict, seconds, warmup_s, barrier, results),
-                         name=f"maple-bench-shard-{i}", daemon=True) for i in range(shards)]
     progress(f"{shards} shards, each with its own server: ceiling, then maple-async self-play "
              f"(concurrency {cfg.runner.concurrency} each), {seconds:.0f}s windows")
-    for p in procs:
-        p.start()
+    workers = [procs.spawn(_shard_main, (i, cfg_dict, seconds, warmup_s, barrier), name=f"maple-bench-shard-{i}",
+                           duplex=False) for i in range(shards)]
     try:
         limit = 2 * (seconds + warmup_s + 120) + cfg.server.start_timeout_s
-        got = dict([await asyncio.to_thread(results.get, True, limit) for _ in procs])
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    failed = {i: r for i, r in got.items() if isinstance(r, str)}
+        per = await asyncio.to_thread(procs.replies, [conn for _, conn in workers], limit)
+    except BaseException:
+        procs.stop_all([p for p, _ in workers], timeout=0)  # its shards leave Ctrl-C to it
+        raise
+    procs.stop_all([p for p, _ in workers], timeout=30)
+    failed = [r for r in per if isinstance(r, procs.Failed)]
     if failed:
-        raise RuntimeError("bench shard(s) failed: " + "; ".join(f"{i}: {r}" for i, r in sorted(failed.items())))
-    per = [got[i] for i in range(shards)]
+        raise RuntimeError("bench shard(s) failed: " + "; ".join(f"{r.who}: {r.last_line}" for r in failed)
+                           + "".join(f"\n{r.traceback}" for r in failed))
     n_cores = cores()
     out = summarise(Window.side_by_side([r["ceiling"] for r in per]),
                     Window.side_by_side([r["runner"] for r in per]), cores=n_cores)
