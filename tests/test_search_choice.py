@@ -100,3 +100,13 @@ def test_bad_input_is_refused():
         choice.expected([PENNIES], their_prior=[1.0, 0.0, 0.0])
     with pytest.raises(ValueError):
         choice.maxmin([PENNIES], prior=[1.0], prior_weight=0.5)
+
+
+def test_equilibrium_stops_near_an_equilibrium():
+    t = [np.random.default_rng(i).uniform(-1, 1, (9, 9)) for i in range(4)]
+    a = choice.average_table(t)
+    c = choice.equilibrium(t, tol=1e-3)
+    # The opponent's best reply to our strategy costs us little against the game's value.
+    assert c.value - (c.probs @ a).min() < 2e-3
+    full = choice.equilibrium(t, tol=0.0, iterations=5000)
+    assert abs(full.value - c.value) < 2e-3

@@ -34,6 +34,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 Tables = Sequence[np.ndarray]
+CHECK_EVERY = 50
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,11 @@ def maxmin(tables: Tables, weights: Optional[Sequence[float]] = None,
     return _finish(_argmax_probs(score), np.nanmax(score), prior, prior_weight, rng)
 
 
-def _regret_matching(a: np.ndarray, iterations: int) -> tuple[np.ndarray, np.ndarray]:
+def _regret_matching(a: np.ndarray, iterations: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
     """Regret matching+ on the zero-sum game ``a`` (row player maximises): the averaged
-    strategies of both players, each iteration weighted by its number."""
+    strategies of both players, each iteration weighted by its number. Stops early once
+    neither player gains more than ``tol`` by deviating from the averages (checked every
+    ``CHECK_EVERY`` iterations)."""
     n, m = a.shape
     rx, ry = np.zeros(n), np.zeros(m)
     sx, sy = np.zeros(n), np.zeros(m)
@@ -130,24 +133,34 @@ def _regret_matching(a: np.ndarray, iterations: int) -> tuple[np.ndarray, np.nda
         y = strategy(ry)
         sx += t * x
         sy += t * y
+        if t % CHECK_EVERY == 0 and exploitability(a, sx / sx.sum(), sy / sy.sum()) < tol:
+            break
     return sx / sx.sum(), sy / sy.sum()
+
+
+def exploitability(a: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    """What the two players gain together by best-responding to ``x`` and ``y``: 0 exactly
+    at an equilibrium of the zero-sum game ``a``."""
+    return float((a @ y).max() - (x @ a).min())
 
 
 def equilibrium(tables: Tables, weights: Optional[Sequence[float]] = None,
                 prior: Optional[Sequence[float]] = None, prior_weight: float = 0.0,
                 rng: Optional[np.random.Generator] = None,
-                iterations: int = 2000) -> Choice:
+                iterations: int = 2000, tol: float = 1e-3) -> Choice:
     """Our strategy of the mixed Nash equilibrium of the weight-averaged table.
 
     Rows and columns that no state played are left out; a cell left NaN inside the rest
     counts as that row's worst played cell (the opponent is assumed to pick it when it
-    hurts us most). Deterministic: the same tables give the same strategy."""
+    hurts us most). Deterministic: the same tables give the same strategy. Runs up to
+    ``iterations`` of regret matching+, fewer once the strategies are within ``tol`` of an
+    equilibrium (:func:`exploitability`)."""
     a = average_table(tables, weights)
     rows = ~np.isnan(a).all(axis=1)
     cols = ~np.isnan(a).all(axis=0)
     sub = a[np.ix_(rows, cols)]
     sub = np.where(np.isnan(sub), np.nanmin(sub, axis=1, keepdims=True), sub)
-    x, y = _regret_matching(sub, iterations)
+    x, y = _regret_matching(sub, iterations, tol)
     search = np.zeros(a.shape[0])
     search[rows] = x
     return _finish(search, x @ sub @ y, prior, prior_weight, rng)
