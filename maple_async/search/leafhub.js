@@ -207,6 +207,7 @@ function build(msg) {
         need(st[id], `no ${id}`);
         return {id, s: st[id], ...reorder(st[id].team, st[id].active || 0)};
       });
+      need((st.p1.name || 'p1') !== (st.p2.name || 'p2'), 'both sides have one name: the winner would be ambiguous');
       const battle = new Battle({
         formatid: msg.format, seed: st.seed,
         p1: {name: st.p1.name || 'p1', team: sides[0].placed},
