@@ -1,0 +1,370 @@
+// Search leaves on Showdown's own simulator: build the sampled battle states of one decision,
+// then play one turn of a joint action from a copy of a state, as often as asked.
+//
+// Newline-delimited JSON both ways; every request carries an "id" its answer repeats.
+//   {"id", "op": "build", "decision", "format", "us": "p1"|"p2", "states": [STATE, ...]}
+//     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...]}]}
+//   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...]}
+//     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value"} | {"error"}]}
+//   {"id", "op": "drop", "decision"}  -> {"id", "ok": true}
+//   {"id", "op": "ping"}              -> {"id", "ok": true}
+//   any request that cannot be served -> {"id", "ok": false, "error": reason}; the process goes on.
+// On start the process writes {"ready": true}; it exits when stdin closes (the parent died).
+//
+// STATE = {"seed": SEED, "turn": n, "p1": SIDE, "p2": SIDE, "field": FIELD}
+// SIDE  = {"name", "team": [Showdown set objects], "active": index into team (0 by default),
+//          "pokemon": [PATCH | null per team index], "conditions": {id: {"duration", "layers"}},
+//          "teraUsed": bool}
+// PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "boosts": {stat: n},
+//          "pp": [n per move slot], "item", "volatiles": {id: {fields} | null}, "activeTurns",
+//          "terastallized": type}
+// FIELD = {"weather", "weatherDuration", "terrain", "terrainDuration",
+//          "pseudoWeather": {id: {"duration"}}}
+// SEED  = four integers below 65536, or a Showdown seed string ("sodium,…").
+//
+// A state is a fresh `new Battle` whose leads are the active Pokémon: the team is reordered
+// before the battle starts exactly as switchIn reorders it (the active swaps places with the
+// first), so the leads enter through Showdown's own switchIn. What the start changed is then
+// overwritten: boosts, weather, terrain and side conditions are set to the patch's (absent: none),
+// the rest of a PATCH where it names a field. Timers (sleep, toxic, durations) are the caller's:
+// the defaults are sleep 2 turns, toxic stage 0, a condition's own duration.
+// A leaf is a copy (State.serializeBattle / deserializeBattle, with a fresh log) given its own
+// seed, both choices, and a mid-turn request (U-turn, a faint) answered with the first legal
+// switch, up to the next full-turn request or the battle's end. "lines" are our side's view of
+// the turn ("|t:|" timestamps dropped); "value" is (our HP fractions + Pokémon left) minus
+// theirs over twice the larger team, in [-1, 1]; an ended battle is 1, -1 or 0 (a tie).
+// argv[2]: the pokemon-showdown package directory.
+'use strict';
+const path = require('path');
+const sim = require(path.join(process.argv[2], 'dist', 'sim'));
+const {Battle, PRNG, Teams} = sim;
+const {State} = require(path.join(process.argv[2], 'dist', 'sim', 'state'));
+const {extractChannelMessages} = require(path.join(process.argv[2], 'dist', 'sim', 'battle'));
+
+const MAX_MIDTURN = 12;  // mid-turn requests answered within one leaf before it gives up
+const STATS = ['atk', 'def', 'spa', 'spd', 'spe', 'accuracy', 'evasion'];
+const decisions = new Map();  // decision -> {us, states: [{ser, usIndex}]}
+
+class BadRequest extends Error {}
+
+function need(cond, why) {
+  if (!cond) throw new BadRequest(why);
+}
+
+function effectState(battle, id, target, fields) {
+  const state = battle.initEffectState({id, target});
+  for (const [k, v] of Object.entries(fields || {})) {
+    if (k === 'source' && v === 'foe') {
+      state.source = target.side.foe.active[0];
+      state.sourceSlot = state.source.getSlot();
+    } else {
+      state[k] = v;
+    }
+  }
+  return state;
+}
+
+function condition(battle, id, what) {
+  const effect = battle.dex.conditions.get(id);
+  need(effect.exists, `unknown ${what} '${id}'`);
+  return effect.id;
+}
+
+function patchPokemon(battle, pokemon, p) {
+  if (p.hpFraction !== undefined) {
+    need(p.hpFraction >= 0 && p.hpFraction <= 1, `hpFraction ${p.hpFraction} is outside [0, 1]`);
+    pokemon.hp = p.hpFraction > 0 ? Math.max(1, Math.round(p.hpFraction * pokemon.maxhp)) : 0;
+  }
+  if (p.hp !== undefined) {
+    need(Number.isInteger(p.hp) && p.hp >= 0 && p.hp <= pokemon.maxhp,
+      `hp ${p.hp} of ${pokemon.name} is outside 0-${pokemon.maxhp}`);
+    pokemon.hp = p.hp;
+  }
+  if (pokemon.hp === 0 && !pokemon.fainted) {
+    need(!pokemon.isActive, `${pokemon.name} is active with 0 HP: a forced switch is not built`);
+    pokemon.fainted = true;
+    pokemon.status = '';
+    pokemon.side.pokemonLeft--;
+  }
+  if (p.status !== undefined) {
+    const id = p.status ? condition(battle, p.status, 'status') : '';
+    pokemon.status = id;
+    const defaults = id === 'slp' ? {time: 2, startTime: 2} : id === 'tox' ? {stage: 0} : {};
+    pokemon.statusState = effectState(battle, id, pokemon, {...defaults, ...p.statusState});
+  }
+  if (p.pp) {
+    need(p.pp.length <= pokemon.moveSlots.length, `${p.pp.length} PP values for ${pokemon.moveSlots.length} moves`);
+    p.pp.forEach((pp, i) => {
+      if (pp !== null) pokemon.moveSlots[i].pp = Math.max(0, Math.min(pp, pokemon.moveSlots[i].maxpp));
+    });
+  }
+  if (p.item !== undefined) {
+    pokemon.item = battle.dex.items.get(p.item).id;  // '' for an item used or knocked off
+    pokemon.itemState = effectState(battle, pokemon.item, pokemon);
+  }
+  if (p.activeTurns !== undefined) pokemon.activeTurns = p.activeTurns;
+  if (p.terastallized) {
+    pokemon.terastallized = p.terastallized;
+    pokemon.knownType = true;
+    pokemon.apparentType = p.terastallized;
+    pokemon.addedType = '';
+  }
+  for (const [id, fields] of Object.entries(p.volatiles || {})) {
+    need(pokemon.isActive, `volatile '${id}' on ${pokemon.name}, who is not active`);
+    const vid = condition(battle, id, 'volatile');
+    if (fields === null) delete pokemon.volatiles[vid];
+    else pokemon.volatiles[vid] = effectState(battle, vid, pokemon, fields);
+  }
+}
+
+function patchSide(battle, side, s, order) {
+  for (const pokemon of side.pokemon) {
+    pokemon.boosts = Object.fromEntries(STATS.map((k) => [k, 0]));
+  }
+  (s.pokemon || []).forEach((p, i) => {
+    if (!p) return;
+    need(i < order.length, `a patch for team index ${i} of a team of ${order.length}`);
+    const pokemon = side.pokemon[order[i]];
+    if (p.boosts) {
+      for (const [k, v] of Object.entries(p.boosts)) {
+        need(STATS.includes(k) && Math.abs(v) <= 6, `boost ${k} ${v}`);
+        pokemon.boosts[k] = v;
+      }
+    }
+    patchPokemon(battle, pokemon, p);
+  });
+  side.sideConditions = {};
+  for (const [id, fields] of Object.entries(s.conditions || {})) {
+    const cid = condition(battle, id, 'side condition');
+    side.sideConditions[cid] = effectState(battle, cid, side, fields);
+  }
+  if (s.teraUsed) for (const pokemon of side.pokemon) pokemon.canTerastallize = null;
+}
+
+function patchField(battle, f) {
+  const field = battle.field;
+  const weather = f.weather ? condition(battle, f.weather, 'weather') : '';
+  field.weather = weather;
+  field.weatherState = effectState(battle, weather, field,
+    weather && f.weatherDuration !== undefined ? {duration: f.weatherDuration} : {});
+  const terrain = f.terrain ? condition(battle, f.terrain, 'terrain') : '';
+  field.terrain = terrain;
+  field.terrainState = effectState(battle, terrain, field,
+    terrain && f.terrainDuration !== undefined ? {duration: f.terrainDuration} : {});
+  field.pseudoWeather = {};
+  for (const [id, fields] of Object.entries(f.pseudoWeather || {})) {
+    const pid = condition(battle, id, 'field condition');
+    field.pseudoWeather[pid] = effectState(battle, pid, field, fields);
+  }
+}
+
+// What endTurn works out for the request from the state (disabled moves, trapping), which the
+// patch may have changed since the start's own endTurn.
+function refreshActive(battle) {
+  for (const pokemon of battle.getAllActive()) {
+    pokemon.maybeDisabled = false;
+    pokemon.maybeLocked = false;
+    for (const slot of pokemon.moveSlots) {
+      slot.disabled = false;
+      slot.disabledSource = '';
+    }
+    battle.runEvent('DisableMove', pokemon);
+    for (const slot of pokemon.moveSlots) {
+      battle.singleEvent('DisableMove', battle.dex.getActiveMove(slot.id), null, pokemon);
+    }
+    pokemon.trapped = pokemon.maybeTrapped = false;
+    battle.runEvent('TrapPokemon', pokemon);
+    if (!pokemon.knownType || battle.dex.getImmunity('trapped', pokemon)) {
+      battle.runEvent('MaybeTrapPokemon', pokemon);
+    }
+  }
+}
+
+// The team as switchIn leaves it when team[active] switched in for team[0]; order[i] is where
+// the given team's i-th Pokémon ends up.
+function reorder(team, active) {
+  need(Array.isArray(team) && team.length > 0, 'a side without a team');
+  need(Number.isInteger(active) && active >= 0 && active < team.length, `active ${active} is not in the team`);
+  const order = team.map((_, i) => i);
+  order[0] = active;
+  order[active] = 0;
+  const placed = team.slice();
+  placed[0] = team[active];
+  placed[active] = team[0];
+  return {placed, order};
+}
+
+function build(msg) {
+  need(['p1', 'p2'].includes(msg.us), `us must be p1 or p2, not ${msg.us}`);
+  need(typeof msg.format === 'string', 'no format');
+  need(Array.isArray(msg.states) && msg.states.length > 0, 'no states');
+  const usIndex = msg.us === 'p1' ? 0 : 1;
+  const built = [];
+  const answer = [];
+  for (const [k, st] of msg.states.entries()) {
+    try {
+      const sides = ['p1', 'p2'].map((id) => {
+        need(st[id], `no ${id}`);
+        return {id, s: st[id], ...reorder(st[id].team, st[id].active || 0)};
+      });
+      need((st.p1.name || 'p1') !== (st.p2.name || 'p2'), 'both sides have one name: the winner would be ambiguous');
+      const battle = new Battle({
+        formatid: msg.format, seed: st.seed,
+        p1: {name: st.p1.name || 'p1', team: sides[0].placed},
+        p2: {name: st.p2.name || 'p2', team: sides[1].placed},
+      });
+      if (battle.requestState === 'teampreview') battle.makeChoices('default', 'default');
+      need(battle.requestState === 'move' && !battle.ended,
+        `the battle did not reach a move request (${battle.requestState || 'none'})`);
+      for (const [i, side] of sides.entries()) patchSide(battle, battle.sides[i], side.s, side.order);
+      patchField(battle, st.field || {});
+      if (st.turn !== undefined) battle.turn = st.turn;
+      refreshActive(battle);
+      battle.makeRequest('move');
+      const ser = State.serializeBattle(battle);
+      ser.log = [];  // a leaf's lines are the whole log of its copy
+      ser.sentLogPos = 0;
+      built.push({ser, usIndex});
+      answer.push({
+        request: battle.sides[usIndex].activeRequest,
+        ours: legalChoices(battle.sides[usIndex]),
+        theirs: legalChoices(battle.sides[1 - usIndex]),
+      });
+    } catch (err) {
+      throw new BadRequest(`state ${k}: ${err.message}`);
+    }
+  }
+  decisions.set(msg.decision, {us: msg.us, states: built});
+  return {states: answer};
+}
+
+// Every choice the side's request allows, in Showdown's own words ("move 2 terastallize").
+function legalChoices(side) {
+  const req = side.activeRequest;
+  if (!req || req.wait) return [];
+  const switches = [];
+  req.side.pokemon.forEach((p, j) => {
+    if (!p.active && !p.condition.endsWith(' fnt') && !p.reviving) switches.push(`switch ${j + 1}`);
+  });
+  if (req.forceSwitch) return switches;
+  const active = req.active[0];
+  const out = [];
+  active.moves.forEach((m, i) => {
+    if (m.disabled) return;
+    const n = i + 1;
+    out.push(`move ${n}`);
+    if (active.canTerastallize) out.push(`move ${n} terastallize`);
+    if (active.canMegaEvo) out.push(`move ${n} mega`);
+    if (active.canZMove && active.canZMove[i]) out.push(`move ${n} zmove`);
+    if (active.canDynamax) out.push(`move ${n} dynamax`);
+  });
+  if (!active.trapped) out.push(...switches);
+  return out;
+}
+
+function sideScore(side) {
+  let score = 0;
+  for (const p of side.pokemon) if (!p.fainted && p.hp > 0) score += 1 + p.hp / p.maxhp;
+  return score;
+}
+
+function value(battle, usIndex) {
+  const us = battle.sides[usIndex];
+  const them = battle.sides[1 - usIndex];
+  if (battle.ended) {
+    if (!battle.winner) return 0;
+    return battle.winner === us.name ? 1 : -1;
+  }
+  const n = Math.max(us.pokemon.length, them.pokemon.length);
+  return (sideScore(us) - sideScore(them)) / (2 * n);
+}
+
+function choose(battle, side, choice, whose) {
+  if (!side.choose(choice)) {
+    throw new BadRequest(`${whose} choice '${choice}' refused: ${side.choice.error}`);
+  }
+}
+
+function leaf(decision, spec) {
+  need(Array.isArray(spec) && spec.length === 4, 'a leaf is [state, our choice, their choice, seed]');
+  const [k, ours, theirs, seed] = spec;
+  const st = decision.states[k];
+  need(st, `no state ${k}`);
+  const battle = State.deserializeBattle({...st.ser, log: []});
+  battle.prng = new PRNG(Array.isArray(seed) ? seed.join(',') : seed);
+  const us = battle.sides[st.usIndex];
+  const them = battle.sides[1 - st.usIndex];
+  choose(battle, us, ours, 'our');
+  choose(battle, them, theirs, 'their');
+  battle.commitChoices();
+  for (let i = 0; !battle.ended && battle.requestState === 'switch'; i++) {
+    need(i < MAX_MIDTURN, `more than ${MAX_MIDTURN} mid-turn requests in one turn`);
+    for (const side of battle.sides) {
+      if (side.activeRequest && !side.activeRequest.wait) side.autoChoose();
+    }
+    battle.commitChoices();
+  }
+  const side = st.usIndex + 1;
+  const mine = extractChannelMessages(battle.log.join('\n'), [side])[side];
+  return {
+    lines: mine.filter((l) => !l.startsWith('|t:|')).join('\n'),
+    request: battle.ended ? null : us.activeRequest,
+    ended: battle.ended,
+    winner: !battle.ended ? null : battle.winner === us.name ? 'us' : battle.winner ? 'them' : 'tie',
+    value: value(battle, st.usIndex),
+  };
+}
+
+function leaves(msg) {
+  const decision = decisions.get(msg.decision);
+  need(decision, `no decision '${msg.decision}' (never built, or dropped)`);
+  need(Array.isArray(msg.leaves), 'no leaves');
+  return {
+    leaves: msg.leaves.map((spec) => {
+      try {
+        return leaf(decision, spec);
+      } catch (err) {
+        return {error: err instanceof BadRequest ? err.message : String(err && err.stack || err).split('\n').slice(0, 3).join(' | ')};
+      }
+    }),
+  };
+}
+
+function handle(line) {
+  let msg;
+  try {
+    msg = JSON.parse(line);
+  } catch (err) {
+    return {id: null, ok: false, error: `not JSON: ${err.message}`};
+  }
+  const id = msg && msg.id !== undefined ? msg.id : null;
+  try {
+    let body;
+    switch (msg.op) {
+    case 'build': body = build(msg); break;
+    case 'leaves': body = leaves(msg); break;
+    case 'drop': decisions.delete(msg.decision); body = {}; break;
+    case 'ping': body = {}; break;
+    default: throw new BadRequest(`unknown op '${msg.op}'`);
+    }
+    return {id, ok: true, ...body};
+  } catch (err) {
+    const why = err instanceof BadRequest ? err.message : String(err && err.stack || err).split('\n').slice(0, 3).join(' | ');
+    return {id, ok: false, error: why};
+  }
+}
+
+let pending = '';
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (chunk) => {
+  const lines = (pending + chunk).split('\n');
+  pending = lines.pop();
+  for (const line of lines) {
+    if (line.trim()) process.stdout.write(JSON.stringify(handle(line)) + '\n');
+  }
+});
+process.stdin.on('end', () => process.exit(0));
+process.stdout.on('error', () => process.exit(0));
+
+Teams.getGenerator('gen9randombattle');  // load the data before saying ready
+process.stdout.write(JSON.stringify({ready: true}) + '\n');

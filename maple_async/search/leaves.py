@@ -1,0 +1,219 @@
+"""The Python side of one ``leafhub.js`` process: build a decision's states, play its leaves.
+
+One Node process, newline-delimited JSON over its pipes (the format is documented at the top
+of ``leafhub.js``), requests answered in order and matched by id. The process gets SIGTERM
+when this Python process dies (as the simulator transport's processes do). A request the
+process refuses raises :class:`LeafRequestError` and the process goes on; a process that
+exits while requests wait fails them with :class:`LeafHubDied`, and :meth:`LeafHub.start`
+starts a fresh one (the decisions built in the dead one are gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from ..server import _die_with_parent, _which, install
+
+log = logging.getLogger("maple_async.search")
+
+HUB_JS = Path(__file__).with_name("leafhub.js")
+START_TIMEOUT_S = 120.0
+CLOSE_TIMEOUT_S = 5.0
+LINE_LIMIT = 1 << 28  # one reply carries every leaf of a request
+STDERR_TAIL = 20
+
+Seed = Union[str, Sequence[int]]
+
+
+class LeafHubError(RuntimeError):
+    """The leaf process could not serve a request."""
+
+
+class LeafRequestError(LeafHubError):
+    """The process refused a request (the reason is its own); it still answers others."""
+
+
+class LeafHubDied(LeafHubError):
+    """The process exited, or was not running, while a request waited."""
+
+
+@dataclass
+class BuiltState:
+    """One sampled state as built: our side's request and each side's legal choices."""
+    request: dict
+    ours: list[str]
+    theirs: list[str]
+
+
+@dataclass
+class Leaf:
+    """One turn of a joint action from a built state. ``error`` set: nothing else is."""
+    lines: str = ""
+    request: Optional[dict] = None
+    ended: bool = False
+    winner: Optional[str] = None  # "us", "them" or "tie" once ended
+    value: float = 0.0  # network-free: HP and Pokémon left, in [-1, 1]; ±1 (0 a tie) at an end
+    error: Optional[str] = None
+
+
+class LeafHub:
+    """One ``leafhub.js`` process. ``async with LeafHub() as hub:`` starts and closes it."""
+
+    def __init__(self, home: Optional[Path] = None, start_timeout_s: float = START_TIMEOUT_S):
+        self.home = home
+        self.start_timeout_s = start_timeout_s
+        self.proc: Optional[asyncio.subprocess.Process] = None
+        self._pending: dict[int, tuple[str, asyncio.Future]] = {}
+        self._ids = itertools.count(1)
+        self._reader: Optional[asyncio.Task] = None
+        self._stderr: Optional[asyncio.Task] = None
+        self._stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL)
+        self._exit: Optional[str] = None  # why the last process is gone
+
+    async def __aenter__(self) -> "LeafHub":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None and self._exit is None
+
+    async def start(self) -> "LeafHub":
+        """Start the process (again, after it died: built decisions are not carried over)."""
+        if self.alive:
+            return self
+        await self.close()
+        pkg = await asyncio.to_thread(install, self.home)
+        self._exit = None
+        self._stderr_tail.clear()
+        self.proc = await asyncio.create_subprocess_exec(
+            _which("node"), str(HUB_JS), str(pkg),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, limit=LINE_LIMIT,
+            start_new_session=True, preexec_fn=_die_with_parent)
+        self._stderr = asyncio.get_running_loop().create_task(self._read_stderr(self.proc))
+        try:
+            first = await asyncio.wait_for(self.proc.stdout.readline(), self.start_timeout_s)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise LeafHubError(f"leafhub.js did not start within {self.start_timeout_s:.0f}s") from None
+        if not first.startswith(b'{"ready":true}'):
+            await self.proc.wait()
+            why = self._why_exited(self.proc)
+            await self.close()
+            raise LeafHubError(f"leafhub.js did not start: {why}")
+        self._reader = asyncio.get_running_loop().create_task(self._read(self.proc))
+        return self
+
+    async def build(self, decision: str, format: str, states: Sequence[dict],
+                    us: str = "p1") -> list[BuiltState]:
+        """Build ``states`` (each a STATE of leafhub.js's format) under the name ``decision``."""
+        reply = await self._request({"op": "build", "decision": decision, "format": format,
+                                     "us": us, "states": list(states)})
+        return [BuiltState(s["request"], s["ours"], s["theirs"]) for s in reply["states"]]
+
+    async def leaves(self, decision: str,
+                     leaves: Sequence[tuple[int, str, str, Seed]]) -> list[Leaf]:
+        """Play each (state index, our choice, their choice, seed) for one turn from a copy of
+        the built state. A leaf the simulator refuses (a choice it does not allow) comes back
+        with ``error`` set; the others are played."""
+        reply = await self._request({"op": "leaves", "decision": decision,
+                                     "leaves": [[int(k), a, b, s] for k, a, b, s in leaves]})
+        return [Leaf(**leaf) for leaf in reply["leaves"]]
+
+    async def drop(self, decision: str) -> None:
+        await self._request({"op": "drop", "decision": decision})
+
+    async def ping(self) -> None:
+        await self._request({"op": "ping"})
+
+    async def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()  # leafhub.js exits when its stdin ends
+            try:
+                await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for task in (self._reader, self._stderr):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._reader = self._stderr = None
+        self._fail_pending("the leaf process was closed")
+
+    # -- pipes -------------------------------------------------------------------------------
+    async def _request(self, message: dict) -> dict:
+        if not self.alive:
+            raise LeafHubDied(f"the leaf process is not running ({self._exit or 'not started'}): "
+                              f"call start()")
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = (message["op"], fut)
+        try:
+            self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the reader reports the exit to every waiting request, this one included
+        try:
+            reply = await fut
+        finally:
+            self._pending.pop(rid, None)
+        if not reply.get("ok"):
+            raise LeafRequestError(f"leafhub refused {message['op']}: {reply.get('error')}")
+        return reply
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                break
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                log.warning("leafhub wrote a line that is not JSON: %r", line[:200])
+                continue
+            entry = self._pending.get(reply.get("id"))
+            if entry is not None and not entry[1].done():
+                entry[1].set_result(reply)
+        await proc.wait()
+        if self._stderr is not None:  # its last words, if it had any
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._stderr), 1.0)
+        self._exit = self._why_exited(proc)
+        self._fail_pending(self._exit)
+
+    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        while True:
+            line = await proc.stderr.readline()
+            if not line:
+                return
+            self._stderr_tail.append(line.decode(errors="replace").rstrip())
+
+    def _why_exited(self, proc: asyncio.subprocess.Process) -> str:
+        why = f"leafhub.js (pid {proc.pid}) exited with code {proc.returncode}"
+        tail = [line for line in self._stderr_tail if line]
+        return why + (f"; its last error output: {' | '.join(tail[-5:])}" if tail else "")
+
+    def _fail_pending(self, why: str) -> None:
+        for op, fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(LeafHubDied(f"{why}, during a {op} request"))

@@ -1,0 +1,112 @@
+"""search/choice.py: the rules from payoff tables to an action, on tables small enough to
+solve by hand."""
+
+import numpy as np
+import pytest
+
+from maple_async.search import choice
+
+NAN = np.nan
+PENNIES = np.array([[1.0, -1.0], [-1.0, 1.0]])
+
+
+def test_matching_pennies_equilibrium_is_half_half_with_value_zero():
+    c = choice.equilibrium([PENNIES])
+    np.testing.assert_allclose(c.probs, [0.5, 0.5], atol=0.01)
+    assert abs(c.value) < 0.01
+
+
+def test_equilibrium_of_an_unbalanced_game():
+    # Row 0 wins 2 or loses 1, row 1 loses 1 or wins 1: x = (2/5, 3/5), value 1/5.
+    c = choice.equilibrium([np.array([[2.0, -1.0], [-1.0, 1.0]])])
+    np.testing.assert_allclose(c.probs, [0.4, 0.6], atol=0.01)
+    assert c.value == pytest.approx(0.2, abs=0.01)
+
+
+def test_equilibrium_is_deterministic_and_sampled_with_rng():
+    t = np.random.default_rng(0).uniform(-1, 1, (5, 7))
+    a, b = choice.equilibrium([t]), choice.equilibrium([t])
+    np.testing.assert_array_equal(a.probs, b.probs)
+    draws = {choice.equilibrium([PENNIES], rng=np.random.default_rng(s)).action for s in range(20)}
+    assert draws == {0, 1}
+
+
+def test_a_dominant_action_is_picked_by_every_rule():
+    t = np.array([[0.1, -0.2, 0.0], [0.5, 0.3, 0.4], [-0.1, 0.2, -0.3]])
+    for rule in (choice.maxmin, choice.equilibrium, choice.expected):
+        c = rule([t])
+        assert c.action == 1, rule.__name__
+        assert c.probs[1] == pytest.approx(1.0, abs=0.01), rule.__name__
+    assert choice.maxmin([t]).value == pytest.approx(0.3)
+    assert choice.equilibrium([t]).value == pytest.approx(0.3, abs=0.01)
+    assert choice.expected([t]).value == pytest.approx(0.4)
+
+
+def test_maxmin_prefers_the_safe_action_expected_the_greedy_one():
+    t = np.array([[1.0, -1.0], [0.2, 0.1]])
+    assert choice.maxmin([t]).action == 1
+    assert choice.expected([t], their_prior=[0.9, 0.1]).action == 0
+
+
+def test_nans_are_ignored():
+    # Row 0's worst played reply is 0.5; row 1 would be worse at its NaN cell if it were played.
+    t = np.array([[0.5, NAN], [0.6, -0.9]])
+    assert choice.maxmin([t]).action == 0
+    assert choice.maxmin([t]).value == pytest.approx(0.5)
+    assert choice.expected([t]).value == pytest.approx(0.5)
+    # A row nothing played gets no search probability.
+    u = np.array([[NAN, NAN], [0.1, 0.2]])
+    for rule in (choice.maxmin, choice.equilibrium, choice.expected):
+        c = rule([u])
+        assert c.action == 1 and c.probs[0] == 0.0, rule.__name__
+
+
+def test_weights_matter():
+    a = np.array([[1.0, 1.0], [0.0, 0.0]])  # state A: action 0 is right
+    b = np.array([[-1.0, -1.0], [0.0, 0.0]])  # state B: action 1 is right
+    for rule in (choice.maxmin, choice.equilibrium, choice.expected):
+        assert rule([a, b], weights=[0.8, 0.2]).action == 0, rule.__name__
+        assert rule([a, b], weights=[0.2, 0.8]).action == 1, rule.__name__
+
+
+def test_maxmin_takes_the_worst_inside_each_state():
+    # The opponent knows the state: per state, action 0 meets its bad reply (-1) each time.
+    a = np.array([[1.0, -1.0], [0.0, 0.0]])
+    b = np.array([[-1.0, 1.0], [0.0, 0.0]])
+    assert choice.maxmin([a, b]).action == 1
+    assert choice.maxmin([a, b]).value == pytest.approx(0.0)
+
+
+def test_prior_mixing():
+    t = np.array([[1.0, 1.0], [0.0, 0.0]])
+    c = choice.maxmin([t], prior=[0.0, 1.0], prior_weight=0.25)
+    np.testing.assert_allclose(c.probs, [0.75, 0.25])
+    assert c.action == 0 and c.value == pytest.approx(1.0)
+    assert choice.maxmin([t], prior=[0.0, 1.0], prior_weight=1.0).action == 1
+    # An unplayed row keeps its prior share.
+    u = np.array([[NAN, NAN], [0.1, 0.2]])
+    np.testing.assert_allclose(choice.expected([u], prior=[3, 1], prior_weight=0.5).probs,
+                               [0.375, 0.625])
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError):
+        choice.maxmin([PENNIES], prior_weight=1.5)
+    with pytest.raises(ValueError):
+        choice.maxmin([PENNIES, PENNIES], weights=[1.0])
+    with pytest.raises(ValueError):
+        choice.maxmin([np.full((2, 2), NAN)])
+    with pytest.raises(ValueError):
+        choice.expected([PENNIES], their_prior=[1.0, 0.0, 0.0])
+    with pytest.raises(ValueError):
+        choice.maxmin([PENNIES], prior=[1.0], prior_weight=0.5)
+
+
+def test_equilibrium_stops_near_an_equilibrium():
+    t = [np.random.default_rng(i).uniform(-1, 1, (9, 9)) for i in range(4)]
+    a = choice.average_table(t)
+    c = choice.equilibrium(t, tol=1e-3)
+    # The opponent's best reply to our strategy costs us little against the game's value.
+    assert c.value - (c.probs @ a).min() < 2e-3
+    full = choice.equilibrium(t, tol=0.0, iterations=5000)
+    assert abs(full.value - c.value) < 2e-3

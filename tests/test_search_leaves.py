@@ -1,0 +1,209 @@
+"""search/leafhub.js through search/leaves.py: constructed positions on Showdown's own simulator.
+
+Teams are written by hand the way the random formats build them (84 EVs, 31 IVs); each
+position has one right answer that the network-free value and ``maxmin`` must find.
+"""
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+
+import numpy as np
+import pytest
+
+from maple_async.search import choice
+from maple_async.search.leaves import LeafHub, LeafHubDied, LeafRequestError
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js"),
+]
+
+GENS = ["gen4randombattle", "gen9randombattle"]
+SEEDS = [[11, 22, 33, 44], [5, 6, 7, 8], [1000, 2000, 3000, 4000]]
+EVS = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
+
+
+def mon(species, ability, item, moves, level=80, tera=None):
+    s = {"species": species, "name": species, "level": level, "ability": ability, "item": item,
+         "moves": moves, "evs": EVS, "gender": ""}
+    if tera:
+        s["teraType"] = tera
+    return s
+
+
+JOLTEON = mon("Jolteon", "Volt Absorb", "Leftovers",
+              ["Thunderbolt", "Shadow Ball", "Substitute", "Baton Pass"], tera="Electric")
+GYARADOS = mon("Gyarados", "Intimidate", "Leftovers",
+               ["Waterfall", "Earthquake", "Dragon Dance", "Stone Edge"], tera="Ground")
+SKARMORY = mon("Skarmory", "Keen Eye", "Leftovers",
+               ["Spikes", "Roost", "Brave Bird", "Whirlwind"], tera="Dragon")
+BLISSEY = mon("Blissey", "Natural Cure", "Leftovers",
+              ["Soft-Boiled", "Seismic Toss", "Toxic", "Thunder Wave"], tera="Fairy")
+HEATRAN = mon("Heatran", "Flash Fire", "Leftovers",
+              ["Fire Blast", "Earth Power", "Stealth Rock", "Roar"], tera="Grass")
+GARCHOMP = mon("Garchomp", "Rough Skin", "Life Orb",
+               ["Earthquake", "Outrage", "Stone Edge", "Swords Dance"], tera="Steel")
+
+
+def side(name, team, patches=(), **extra):
+    # Tera spent elsewhere: the tests' choices are the moves and switches of the older gens.
+    return {"name": name, "team": team, "pokemon": list(patches), "teraUsed": True, **extra}
+
+
+def state(p1, p2, seed=(1, 2, 3, 4), **extra):
+    return {"seed": list(seed), "turn": 7, "p1": p1, "p2": p2, **extra}
+
+
+async def table(hub, decision, k, built):
+    """Our legal actions x theirs, each cell the mean value over SEEDS."""
+    specs = [(k, a, b, s) for a in built.ours for b in built.theirs for s in SEEDS]
+    leaves = await hub.leaves(decision, specs)
+    assert not [leaf.error for leaf in leaves if leaf.error]
+    v = np.array([leaf.value for leaf in leaves]).reshape(len(built.ours), len(built.theirs), len(SEEDS))
+    return v.mean(axis=2)
+
+
+def hp(condition: str) -> int:
+    return int(condition.split("/")[0])
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_the_ko_move_scores_higher_and_maxmin_picks_it(fmt):
+    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (4x) KOs it, nothing else does.
+    st = state(side("us", [JOLTEON, BLISSEY]),
+               side("them", [GYARADOS, SKARMORY], [{"hpFraction": 0.6}]))
+    async with LeafHub() as hub:
+        (built,) = await hub.build("ko", fmt, [st])
+        assert built.ours == ["move 1", "move 2", "move 3", "move 4", "switch 2"]
+        t = await table(hub, "ko", 0, built)
+        stays = [j for j, b in enumerate(built.theirs) if b.startswith("move")]
+        by_row = t[:, stays].mean(axis=1)
+        assert by_row[0] > max(by_row[1:]) + 0.1, by_row
+        assert choice.maxmin([t]).action == 0
+        # The KO itself is in the lines: the leaf with Gyarados staying in.
+        (leaf,) = await hub.leaves("ko", [(0, "move 1", "move 1", SEEDS[0])])
+        assert "|faint|p2a: Gyarados" in leaf.lines and "|switch|p2a: Skarmory" in leaf.lines
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_a_switch_that_saves_a_pokemon_from_a_super_effective_ko_is_picked(fmt):
+    # A faster Garchomp's Earthquake KOs Heatran at 40% whatever Heatran does; Skarmory is immune.
+    st = state(side("us", [HEATRAN, SKARMORY], [{"hpFraction": 0.4}]),
+               side("them", [GARCHOMP, BLISSEY]))
+    async with LeafHub() as hub:
+        (built,) = await hub.build("save", fmt, [st])
+        t = await table(hub, "save", 0, built)
+        assert built.ours[choice.maxmin([t]).action] == "switch 2"
+        assert built.ours[choice.equilibrium([t]).action] == "switch 2"
+        eq = built.theirs.index("move 1")
+        stay = [built.ours.index(f"move {i}") for i in range(1, 5)]
+        assert t[built.ours.index("switch 2"), eq] > max(t[stay, eq])
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_a_leaf_never_changes_the_built_state(fmt):
+    # Blissey (p1, ours) takes Heatran's Earth Power; the original Blissey is at 50%.
+    st = state(side("us", [BLISSEY, SKARMORY], [{"hpFraction": 0.5}]),
+               side("them", [HEATRAN, GARCHOMP]))
+    async with LeafHub() as hub:
+        (built,) = await hub.build("clone", fmt, [st])
+        start = hp(built.request["side"]["pokemon"][0]["condition"])
+        leaf = ("clone", [(0, "move 4", "move 2", SEEDS[0])])
+        (first,) = await hub.leaves(*leaf)
+        # Other leaves from the same state in between, then the first again: the same turn.
+        others = [(0, a, b, s) for a in built.ours for b in built.theirs for s in SEEDS[1:]]
+        assert not [x.error for x in await hub.leaves("clone", others) if x.error]
+        (again,) = await hub.leaves(*leaf)
+        assert again.lines == first.lines and again.value == first.value
+        assert again.request == first.request
+        # The lines carry the copy's HP: what the copy's request says, below the original's.
+        # (A copy that logged through the original's getHealth would report the original's.)
+        after = hp(first.request["side"]["pokemon"][0]["condition"])
+        damage = [int(m) for m in re.findall(r"\|-damage\|p1a: Blissey\|(\d+)/", first.lines)]
+        reported = re.findall(r"\|p1a: Blissey\|(\d+)/", first.lines)
+        assert damage and all(d < start for d in damage), (start, first.lines)
+        assert int(reported[-1]) == after < start
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_the_state_patch_is_honoured(fmt):
+    garchomp = mon("Garchomp", "Rough Skin", "Leftovers",
+                   ["Swords Dance", "Earthquake", "Outrage", "Stone Edge"], tera="Steel")
+    us = side("us", [SKARMORY, garchomp], [
+        {"hp": 1},  # Skarmory on the bench at 1 HP
+        {"hp": 150, "status": "tox", "statusState": {"stage": 3}, "pp": [5, None, 1, None],
+         "boosts": {"atk": 6}},
+    ], active=1)  # Garchomp is active: the team is reordered as switchIn would (swap with the first)
+    them = side("them", [HEATRAN, BLISSEY], [
+        {"status": "slp", "statusState": {"time": 1, "startTime": 2}},
+        {"hpFraction": 0.25}])
+    st = state(us, them, field={"weather": "sandstorm", "weatherDuration": 1})
+    async with LeafHub() as hub:
+        (built,) = await hub.build("patch", fmt, [st])
+        mons = built.request["side"]["pokemon"]
+        assert [m["ident"] for m in mons] == ["p1: Garchomp", "p1: Skarmory"]
+        assert mons[0]["condition"].startswith("150/") and mons[0]["condition"].endswith(" tox")
+        assert mons[1]["condition"].startswith("1/")
+        moves = built.request["active"][0]["moves"]
+        assert [m["pp"] for m in moves[:3]] == [5, moves[1]["maxpp"], 1]
+        # Swords Dance at +6 cannot raise Attack; after Leftovers (1/16) toxic's 4th stage
+        # takes 4/16; Heatran, asleep
+        # for one more turn, wakes; the sandstorm's last turn ends.
+        (leaf,) = await hub.leaves("patch", [(0, "move 1", "move 3", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        maxhp = int(mons[0]["condition"].split("/")[1].split()[0])
+        assert "|-boost|p1a: Garchomp|atk|0" in leaf.lines or "|-fail|p1a: Garchomp" in leaf.lines
+        assert f"|-damage|p1a: Garchomp|{150 + maxhp // 16 - maxhp * 4 // 16}/{maxhp} tox|[from] psn" in leaf.lines
+        assert "|-curestatus|p2a: Heatran|slp" in leaf.lines
+        assert "|-weather|none" in leaf.lines
+
+
+async def test_a_bad_request_is_answered_and_the_process_goes_on():
+    st = state(side("us", [JOLTEON, BLISSEY]), side("them", [GYARADOS, SKARMORY]))
+    async with LeafHub() as hub:
+        (built,) = await hub.build("d", "gen4randombattle", [st])
+        with pytest.raises(LeafRequestError, match="no decision 'nope'"):
+            await hub.leaves("nope", [(0, "move 1", "move 1", SEEDS[0])])
+        with pytest.raises(LeafRequestError, match="state 0"):
+            await hub.build("bad", "gen4randombattle", [state(side("us", []), side("them", [GYARADOS]))])
+        with pytest.raises(LeafRequestError, match="hp 9999"):
+            await hub.build("bad", "gen4randombattle",
+                            [state(side("us", [JOLTEON], [{"hp": 9999}]), side("them", [GYARADOS]))])
+        # A choice the simulator refuses fails its own leaf only.
+        bad, good = await hub.leaves("d", [(0, "move 9", "move 1", SEEDS[0]),
+                                           (0, "move 1", "move 1", SEEDS[0])])
+        assert "move 9" in bad.error and good.error is None and good.lines
+        (gone,) = await hub.leaves("d", [(3, "move 1", "move 1", SEEDS[0])])
+        assert "no state 3" in gone.error
+        await hub.ping()
+        await hub.drop("d")
+        with pytest.raises(LeafRequestError):
+            await hub.leaves("d", [(0, "move 1", "move 1", SEEDS[0])])
+
+
+async def test_a_killed_process_raises_and_a_restart_answers():
+    st = state(side("us", [JOLTEON, BLISSEY]), side("them", [GYARADOS, SKARMORY]))
+    hub = await LeafHub().start()
+    try:
+        (built,) = await hub.build("d", "gen4randombattle", [st])
+        many = [(0, a, b, [i % 60000, 1, 2, 3]) for i in range(40)
+                for a in built.ours for b in built.theirs]
+        task = asyncio.ensure_future(hub.leaves("d", many))
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        os.kill(hub.pid, signal.SIGKILL)
+        with pytest.raises(LeafHubDied, match=r"exited with code -9, during a leaves request"):
+            await task
+        assert not hub.alive
+        with pytest.raises(LeafHubDied, match="call start"):
+            await hub.ping()
+        await hub.start()
+        (again,) = await hub.build("d", "gen4randombattle", [st])
+        assert again.ours == built.ours
+        (leaf,) = await hub.leaves("d", [(0, "move 1", "move 1", SEEDS[0])])
+        assert leaf.error is None and leaf.lines
+    finally:
+        await hub.close()
