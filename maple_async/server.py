@@ -83,7 +83,7 @@ def default_home() -> Path:
     return Path(os.environ.get("MAPLE_ASYNC_HOME", Path.home() / ".cache" / "maple-async"))
 
 
-def _which(tool: str) -> str:
+def which(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
         raise ServerError(
@@ -111,8 +111,8 @@ def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
     with open(home / ".install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not marker.exists():
-            _which("node")
-            npm = _which("npm")
+            which("node")
+            npm = which("npm")
             prefix = pkg.parent.parent
             prefix.mkdir(parents=True, exist_ok=True)
             if not (prefix / "package.json").exists():
@@ -138,7 +138,7 @@ def install(home: Optional[Path] = None, quiet: bool = False) -> Path:
             # servers starting at once would rewrite the files the others are loading. Build once
             # here, under the lock, and start every server with --skip-build.
             with _step("building pokemon-showdown (once)", quiet):
-                proc = subprocess.run([_which("node"), "build"], cwd=pkg, capture_output=True, text=True)
+                proc = subprocess.run([which("node"), "build"], cwd=pkg, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise ServerError(f"building pokemon-showdown failed (exit {proc.returncode}):\n"
                                   f"{(proc.stdout + proc.stderr)[-2000:]}")
@@ -268,7 +268,7 @@ class ShowdownServer:
 
     async def start(self) -> "ShowdownServer":
         pkg = await asyncio.to_thread(install, self.home)
-        node = _which("node")
+        node = which("node")
         if self.port == 0:
             self.port = free_port(self.host)
         elif port_in_use(self.port, self.host):

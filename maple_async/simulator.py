@@ -34,7 +34,7 @@ from typing import Optional
 
 from .errors import UserError
 from .procs import die_with_parent
-from .server import _which, install, SHOWDOWN_VERSION
+from .server import SHOWDOWN_VERSION, install, which
 
 log = logging.getLogger("maple_async.simulator")
 
@@ -317,7 +317,7 @@ class Simulators:
     # -- processes ---------------------------------------------------------------------------
     async def start(self) -> "Simulators":
         self._pkg = await asyncio.to_thread(install, self.home)
-        self._node = _which("node")
+        self._node = which("node")
         if self.log_path is None:
             from .server import default_home
             log_dir = (Path(self.home) if self.home else default_home()) / "logs"

@@ -181,10 +181,10 @@ def read_texts(path: str | Path) -> list[tuple[str, str, str]]:
 
 
 def _node_check(battle_format: str, texts: list[str], home: Optional[Path] = None) -> dict:
-    from .server import _which, install
+    from .server import install, which
     pkg = install(home)
     try:
-        proc = subprocess.run([_which("node"), "-e", _CHECK_JS, str(pkg)],
+        proc = subprocess.run([which("node"), "-e", _CHECK_JS, str(pkg)],
                               input=json.dumps({"format": battle_format, "teams": texts}),
                               capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..server import _die_with_parent, _which, install
+from ..procs import die_with_parent
+from ..server import install, which
 
 log = logging.getLogger("maple_async.search")
 
@@ -101,10 +102,10 @@ class LeafHub:
         self._exit = None
         self._stderr_tail.clear()
         self.proc = await asyncio.create_subprocess_exec(
-            _which("node"), str(HUB_JS), str(pkg),
+            which("node"), str(HUB_JS), str(pkg),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, limit=LINE_LIMIT,
-            start_new_session=True, preexec_fn=_die_with_parent)
+            start_new_session=True, preexec_fn=die_with_parent)
         self._stderr = asyncio.get_running_loop().create_task(self._read_stderr(self.proc))
         try:
             first = await asyncio.wait_for(self.proc.stdout.readline(), self.start_timeout_s)
