@@ -12,15 +12,14 @@ import asyncio
 import dataclasses
 import threading
 from collections import deque
-from pathlib import Path
 from typing import Any, Optional
 
 from .. import config as config_mod
+from .. import opponents
 from ..collect.agent import Agent
 from ..collect.collector import Collector
 from ..inference.batcher import HandoffBatcher
 from ..obs import games
-from ..pokeenv.players import BASELINES
 from .slots import Record, _Slots
 
 
@@ -33,14 +32,12 @@ class _CallerPolicy:
 
 def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[Agent]]:
     """The opponent's name in the mix and its agent (None: self or a baseline)."""
-    from ..inference.outside import is_checkpoint, policy_for
-    if isinstance(spec, str) and (spec == "self" or spec in BASELINES):
-        return spec, None
-    if isinstance(spec, str) and ":" not in spec and not is_checkpoint(spec):
-        raise ValueError(f"opponent {spec!r}: expected self, {', '.join(BASELINES)}, a checkpoint file, "
-                         f"a policy object or module:attr")
-    policy, _ = policy_for(spec, device, battle_format=cfg.runner.battle_format)
-    name = Path(spec).name if is_checkpoint(spec) else policy.name
+    from ..inference.outside import policy_for
+    opp = opponents.parse(spec)
+    if opp.kind in (opponents.SELF, opponents.BASELINE):
+        return opp.spec, None
+    policy, _ = policy_for(opp.spec, device, battle_format=cfg.runner.battle_format)
+    name = opp.name if opp.kind == opponents.CHECKPOINT else policy.name
     return name, Agent(policy, cfg.batcher, name="opponent")
 
 
