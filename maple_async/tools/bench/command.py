@@ -82,16 +82,15 @@ async def run_command(cfg, opts) -> int:
 
 async def _env_bench(cfg, opts) -> int:
     from ...server import server_for
-    from . import envbench
     # poke-env's own environments need a server: every set-up plays on the same one.
     async with server_for(cfg.server, quiet=True) as server:
         pgid = server.managed.pid if server.managed is not None else None
-        result = await envbench.run_env_bench(
+        result = await bench.run_env_bench(
             cfg, server.url, opts.seconds, opts.warmup, opts.repeats,
             [int(c) for c in split(opts.env_concurrency)], split(opts.env_setups),
             server_pgid=pgid, progress=bench.progress, shards=opts.shards, opponent=opts.env_opponent)
     if opts.json != "-":
-        print(envbench.env_report(result))
+        print(bench.env_report(result))
     return output(opts, [], result)
 
 
