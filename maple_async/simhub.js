@@ -13,6 +13,7 @@
 // argv[2]: the pokemon-showdown package directory. Exits when stdin closes (the parent died).
 'use strict';
 const path = require('path');
+const readLines = require(path.join(__dirname, 'stdin_lines.js'));
 const sim = require(path.join(process.argv[2], 'dist', 'sim'));
 const {Battle, Teams} = sim;
 const {extractChannelMessages} = require(path.join(process.argv[2], 'dist', 'sim', 'battle'));
@@ -143,20 +144,12 @@ function handle(line) {
   }
 }
 
-let pending = '';
-process.stdin.setEncoding('utf8');
-process.stdin.on('data', (chunk) => {
-  const lines = (pending + chunk).split('\n');
-  pending = lines.pop();
-  for (const line of lines) {
-    if (line) handle(line);
-    // A long chunk of choices takes tens of ms: hand each few turns back as they are
-    // played, so this process and the parent work at the same time, not in waves.
-    if (out.length >= FLUSH_RECORDS) flush();
-  }
-});
-process.stdin.on('end', () => { flush(); process.exit(0); });
-process.stdout.on('error', () => process.exit(0));
+readLines((line) => {
+  if (line) handle(line);
+  // A long chunk of choices takes tens of ms: hand each few turns back as they are
+  // played, so this process and the parent work at the same time, not in waves.
+  if (out.length >= FLUSH_RECORDS) flush();
+}, flush);
 
 // Load the data before saying ready, so the first battles do not pay for it.
 Teams.getGenerator('gen9randombattle');

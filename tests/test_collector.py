@@ -11,7 +11,7 @@ from maple_async.collect import collector as T
 def _collector(tmp_path):
     cfg = C.load(None, {"train.run_dir": str(tmp_path / "run"), "train.tensorboard": False,
                         "network.hidden_size": 16})
-    return T.Collector(cfg, "cpu", lambda traj: None, quiet=True)
+    return T.Collector(cfg, lambda traj: None, quiet=True)
 
 
 async def _dead_lane(exc=None):

@@ -54,7 +54,7 @@ async def test_training_survives_server_kill(tmp_path):
     srv = ShowdownServer()
     await srv.start()
     handle = ServerHandle(srv.url, srv)
-    transport = LocalTransport(cfg, "cpu", handle, quiet=True)
+    transport = LocalTransport(cfg, handle, quiet=True)
     collector = transport.collector
     seen = {}
 

@@ -186,7 +186,7 @@ async def test_league_battles_in_one_process_name_their_snapshot(tmp_path, showd
     from maple_async.run.transports import LocalTransport
     cfg = _cfg(tmp_path)
     cfg.train.shards = 1
-    tp = LocalTransport(cfg, "cpu", showdown_url, quiet=True)
+    tp = LocalTransport(cfg, showdown_url, quiet=True)
     trainer = await _train(cfg, tp, 300)
     _assert_league(trainer)
     assert not tp.collector.league_policy.assigned  # every battle gave its snapshot back

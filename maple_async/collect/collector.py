@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from ..config import Config
 from ..inference.league import LeaguePolicy
-from ..inference.policy import InferencePolicy
+from ..inference.policy import InferencePolicy, resolve_device
 from ..learn import networks as nets
 from ..opponents import parse_opponent_mix
 from ..pokeenv.players import fast_kwargs, request_round
@@ -49,9 +49,10 @@ class Collector:
     outside learner) in place of the learner's, its opponent mix, and the agents that
     play the mix's names that are neither ``self``, ``league`` nor a baseline."""
 
-    def __init__(self, cfg: Config, device, on_trajectory: Optional[Callable[[Trajectory], None]] = None,
+    def __init__(self, cfg: Config, on_trajectory: Optional[Callable[[Trajectory], None]] = None,
                  quiet: bool = False, replay_subdir: str = "", *, agent: Optional[Agent] = None,
-                 mix: Optional[dict] = None, opponents: Optional[dict] = None, label: str = "train"):
+                 mix: Optional[dict] = None, opponents: Optional[dict] = None, label: str = "train",
+                 device=None):
         self.cfg = cfg
         self.quiet = quiet
         self.label = label
@@ -63,6 +64,8 @@ class Collector:
         self.opponents: dict = dict(opponents or {})
         # validated once per process (the main one checks first): each listed format's teams
         self.formats = for_formats(cfg)
+        # the networks' device is the config's (every process resolves it the same way)
+        device = resolve_device(cfg.runner.device) if device is None else device
         self.league_policy: Optional[LeaguePolicy] = None
         if "league" in self.mix:
             seed = cfg.runner.seed

@@ -85,7 +85,7 @@ class _Engine:
             slots.agent = self.agent
             name, opp_agent = self.opp
             self.opp = None  # the collector holds it from now on (set_opponent may retire it)
-            self.collector = collector = Collector(cfg, self.device, quiet=self.quiet, agent=self.agent,
+            self.collector = collector = Collector(cfg, quiet=self.quiet, agent=self.agent, device=self.device,
                                                    mix={name: 1.0}, opponents={name: opp_agent} if opp_agent else {},
                                                    label="pool")
             slots.sides_to_come = collector.sides_to_come

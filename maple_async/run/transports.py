@@ -58,10 +58,10 @@ class LocalTransport:
     """The collector in this process, on this event loop. ``server``: a
     :class:`~maple_async.server.ServerHandle` or a URL."""
 
-    def __init__(self, cfg: Config, device, server, quiet: bool = False):
+    def __init__(self, cfg: Config, server, quiet: bool = False):
         from ..server import ServerHandle
         self.server = ServerHandle(server) if isinstance(server, str) else server
-        self.collector = Collector(cfg, device, self._arrived, quiet=quiet)
+        self.collector = Collector(cfg, self._arrived, quiet=quiet)
         self._inbox: list = []
         self._want = 1
         self._enough = asyncio.Event()
@@ -118,11 +118,11 @@ class LocalTransport:
         return ""
 
 
-def make_transport(cfg: Config, device, server=None, quiet: bool = False) -> Transport:
+def make_transport(cfg: Config, server=None, quiet: bool = False) -> Transport:
     """The transport ``train.backend`` and ``train.shards`` ask for (``server``: the local
     collector's server; shards start their own)."""
     if cfg.train.backend == "ray":
         return RayTransport(cfg, quiet=quiet)
     if cfg.train.shards > 1:
         return ProcessTransport(cfg, quiet=quiet)
-    return LocalTransport(cfg, device, server, quiet=quiet)
+    return LocalTransport(cfg, server, quiet=quiet)

@@ -84,7 +84,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[Any], None],
                               dict(traj.reward_totals), shard, tuple(traj.key)))
         hold.check()
 
-    col = Collector(cfg, cfg.runner.device, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
+    col = Collector(cfg, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
     # One update's share (set by the learner side's worker config) may wait; past it, hold.
     hold = ShardHold(col.pause, queued, cfg.train.battles_per_update)
     first = await recv()  # initial weights before any battle

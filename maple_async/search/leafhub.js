@@ -36,6 +36,7 @@
 // argv[2]: the pokemon-showdown package directory.
 'use strict';
 const path = require('path');
+const readLines = require(path.join(__dirname, '..', 'stdin_lines.js'));
 const sim = require(path.join(process.argv[2], 'dist', 'sim'));
 const {Battle, PRNG, Teams} = sim;
 const {State} = require(path.join(process.argv[2], 'dist', 'sim', 'state'));
@@ -354,17 +355,9 @@ function handle(line) {
   }
 }
 
-let pending = '';
-process.stdin.setEncoding('utf8');
-process.stdin.on('data', (chunk) => {
-  const lines = (pending + chunk).split('\n');
-  pending = lines.pop();
-  for (const line of lines) {
-    if (line.trim()) process.stdout.write(JSON.stringify(handle(line)) + '\n');
-  }
-});
-process.stdin.on('end', () => process.exit(0));
-process.stdout.on('error', () => process.exit(0));
+readLines((line) => {
+  if (line.trim()) process.stdout.write(JSON.stringify(handle(line)) + '\n');
+}, () => {});
 
 Teams.getGenerator('gen9randombattle');  // load the data before saying ready
 process.stdout.write(JSON.stringify({ready: true}) + '\n');

@@ -21,13 +21,13 @@ async def run_train(cfg, resume: Optional[str]) -> int:
     device = setup_process(cfg)
     loop = LearningLoop(cfg, device, resume=resume)  # a checkpoint that does not fit fails here
     if cfg.train.shards > 1 or cfg.train.backend == "ray":
-        await loop.run(make_transport(cfg, device))  # every shard starts its own server
+        await loop.run(make_transport(cfg))  # every shard starts its own server
         if final_eval_wanted(cfg, loop):
             async with showdown_for(cfg.server, runner=cfg.runner) as server:
                 await final_eval(cfg, loop, server.url, device)
     else:
         async with showdown_for(cfg.server, runner=cfg.runner) as server:
-            await loop.run(make_transport(cfg, device, server))
+            await loop.run(make_transport(cfg, server))
             if final_eval_wanted(cfg, loop):
                 await final_eval(cfg, loop, server.url, device)
     print(f"[train] done ({loop.stop_reason}); run folder {cfg.train.run_dir}")

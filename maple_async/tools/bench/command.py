@@ -17,7 +17,12 @@ from pathlib import Path
 from ... import config as config_mod
 from ...opponents import split
 from ...run.process import setup_process
-from .. import bench
+from .env_bench import run_env_bench
+from .machine import throttled
+from .output import env_report, problems, progress, report, shards_report, sweep_table, to_json
+from .phases import run_bench
+from .shards import run_shards_bench
+from .sweep import parse_sweep
 
 
 def with_checkpoint(cfg, path: str):
@@ -43,13 +48,13 @@ async def run_command(cfg, opts) -> int:
     if opts.env:
         return await _env_bench(cfg, opts)
     if opts.shards > 1:
-        summary = await bench.run_shards_bench(cfg, device, opts.shards, opts.seconds, opts.warmup, opts.learn)
+        summary = await run_shards_bench(cfg, device, opts.shards, opts.seconds, opts.warmup, opts.learn)
         summary.update(network=cfg.network.kind, device=str(device), concurrency=cfg.runner.concurrency)
         if opts.json != "-":
-            print(bench.shards_report(summary))
+            print(shards_report(summary))
         return output(opts, [({}, summary)], summary)
     from ...showdown import showdown_for
-    combos = bench.parse_sweep(opts.sweep) if opts.sweep else [{}]
+    combos = parse_sweep(opts.sweep) if opts.sweep else [{}]
     rows, ceilings = [], {}
     async with contextlib.AsyncExitStack() as stack:
         server, server_cfg = None, None
@@ -60,8 +65,8 @@ async def run_command(cfg, opts) -> int:
                 server, server_cfg = await stack.enter_async_context(showdown_for(c.server, quiet=True, runner=c.runner)), c.server
                 ceilings = {}
             pgid = server.managed.pid if server.managed is not None else None
-            with bench.throttled(pgid, opts.throttle_server):
-                summary, ceilings[c.runner.concurrency] = await bench.run_bench(
+            with throttled(pgid, opts.throttle_server):
+                summary, ceilings[c.runner.concurrency] = await run_bench(
                     c, device, opts.seconds, opts.warmup, opts.learn, server.url,
                     ceiling=ceilings.get(c.runner.concurrency), repeats=opts.repeats, server_pgid=pgid)
             summary.update(network=c.network.kind, checkpoint=c.train.init, device=str(device),
@@ -73,10 +78,10 @@ async def run_command(cfg, opts) -> int:
                            throttle_server=opts.throttle_server)
             rows.append((over, summary))
             if not opts.sweep and opts.json != "-":
-                print(bench.report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency}, "
+                print(report(summary, f"({c.network.kind}, {device}, concurrency {c.runner.concurrency}, "
                                             f"{summary['transport']} transport)"))
     if opts.sweep and opts.json != "-":
-        print(bench.sweep_table(rows))
+        print(sweep_table(rows))
     return output(opts, rows, rows[0][1] if not opts.sweep else {"sweep": [s for _, s in rows]})
 
 
@@ -85,27 +90,27 @@ async def _env_bench(cfg, opts) -> int:
     # poke-env's own environments need a server: every set-up plays on the same one.
     async with server_for(cfg.server, quiet=True) as server:
         pgid = server.managed.pid if server.managed is not None else None
-        result = await bench.run_env_bench(
+        result = await run_env_bench(
             cfg, server.url, opts.seconds, opts.warmup, opts.repeats,
             [int(c) for c in split(opts.env_concurrency)], split(opts.env_setups),
-            server_pgid=pgid, progress=bench.progress, shards=opts.shards, opponent=opts.env_opponent)
+            server_pgid=pgid, progress=progress, shards=opts.shards, opponent=opts.env_opponent)
     if opts.json != "-":
-        print(bench.env_report(result))
+        print(env_report(result))
     return output(opts, [], result)
 
 
 def output(opts, rows: list, result: dict) -> int:
     """The JSON, then each row's errors and warnings; exit status 1 when a phase failed."""
     if opts.json == "-":
-        print(bench.to_json(result))
+        print(to_json(result))
     elif opts.json:
-        Path(opts.json).write_text(bench.to_json(result) + "\n")
+        Path(opts.json).write_text(to_json(result) + "\n")
         print(f"[bench] JSON written to {opts.json}")
     failed = False
     for over, summary in rows:
         where = " ".join(f"{k}={v}" for k, v in over.items())
         where = f" ({where})" if where else ""
-        errors, warnings = bench.problems(summary)
+        errors, warnings = problems(summary)
         for kind, texts in (("warning", warnings), ("error", errors)):
             for text in texts:
                 print(f"[bench] {kind}{where}: {text}", file=sys.stderr)

@@ -147,7 +147,7 @@ async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: flo
     from ...run.transports import LocalTransport
     with _training_cfg(cfg) as c:
         loop = LearningLoop(c, device, quiet=True, handle_signals=False)
-        transport = LocalTransport(c, device, url, quiet=True)
+        transport = LocalTransport(c, url, quiet=True)
         task = asyncio.get_running_loop().create_task(loop.run(transport))
         col = transport.collector
         try:
