@@ -44,14 +44,19 @@ class Failed:
 
     traceback: str
     who: Any = None
+    error: str = ""  # "Type: message" of the exception (its notes and module left out)
 
     @classmethod
     def now(cls, who: Any = None) -> "Failed":
         """The exception being handled."""
-        return cls(format_exc(), who)
+        e = sys.exc_info()[1]
+        return cls(format_exc(), who, f"{type(e).__name__}: {e}" if e is not None else "")
 
     @property
     def last_line(self) -> str:
+        """The error in one line: ``Type: message``."""
+        if self.error:
+            return self.error
         lines = self.traceback.strip().splitlines()
         return lines[-1] if lines else ""
 

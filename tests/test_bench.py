@@ -305,3 +305,10 @@ def test_throttle_stops_and_resumes_a_process_group():
     finally:
         p.kill()
         p.wait()
+
+
+def test_bench_json_is_strict_where_a_ratio_is_not_a_number():
+    """A round whose ceiling made nothing has no ratio: null in the JSON, which strict readers accept."""
+    out = bench.to_json({"round_ratios": [0.7, float("nan")], "x": {"y": float("inf")}, "n": 1})
+    assert json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}")) == \
+        {"round_ratios": [0.7, None], "x": {"y": None}, "n": 1}

@@ -242,6 +242,24 @@ def test_eval_plays_an_outside_policy_and_stops_on_a_failing_one(showdown_url, t
     assert "illegal action 13" in capsys.readouterr().err
 
 
+def test_a_subclass_of_battlepool_keeps_its_type_and_overrides(showdown_url):
+    """BattlePool is a class a user may extend (one process), not only a factory."""
+    class Counting(BattlePool):
+        embeds = 0
+
+        def recv(self, *args, **kwargs):
+            Counting.embeds += 1
+            return super().recv(*args, **kwargs)
+
+    assert all(hasattr(BattlePool, m) for m in ("recv", "send", "step", "async_reset", "close"))
+    with Counting(num_battles=2, batch_size=1, opponent="random", server=showdown_url) as pool:
+        assert type(pool) is Counting and isinstance(pool, BattlePool)
+        play_until(pool, 1, np.random.default_rng(3))
+    assert Counting.embeds > 0
+    with pytest.raises(TypeError, match="one process"):
+        Counting(num_battles=2, shards=2)
+
+
 def test_shards_behind_the_same_api():
     import multiprocessing as mp
     rng = np.random.default_rng(6)

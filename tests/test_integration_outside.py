@@ -128,3 +128,13 @@ def test_play_writes_one_replay_and_log_per_battle(showdown_url, tmp_path):
             assert re.search(r"^\|(win\|.+|tie)$", text, re.M), text[-500:]
         assert "replay-embed.js" in h.read_text()  # the client that plays it back
         assert lg.read_text().startswith(">battle-gen9randombattle-")
+
+
+async def test_evaluate_takes_a_checkpoint_path_and_a_device_as_before(showdown_url, checkpoint):
+    """tools.evaluate.evaluate: a string that is not a baseline is a checkpoint file to load."""
+    from maple_async.tools.evaluate import evaluate, policy_from_checkpoint
+    cfg = C.load(None, {})
+    policy, _ = policy_from_checkpoint(checkpoint, "cpu", greedy=True)
+    result = await evaluate(policy, showdown_url, checkpoint, 4, batcher_cfg=cfg.batcher, device="cpu",
+                            concurrency=4)
+    assert result.battles == 4 and result.opponent == checkpoint

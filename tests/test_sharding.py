@@ -102,7 +102,7 @@ async def test_killed_worker_is_replaced(tmp_path):
 
 
 async def test_shards_hold_while_the_learner_takes_nothing(tmp_path):
-    """A learner that reads nothing for 20 s: each shard stops deciding once its trajectories
+    """A learner that reads nothing: each shard stops deciding once its trajectories
     waiting for the learner reach its share of an update (16 // 2 shards = 8), instead of
     queueing finished battles without bound; reading them lets it go on."""
     cfg = _cfg(tmp_path)
@@ -124,7 +124,12 @@ async def test_shards_hold_while_the_learner_takes_nothing(tmp_path):
         got = []
         while len(got) < 2:  # both shards are playing
             got += await tp.wait(2, stop)
-        await asyncio.sleep(20)
+        # then until both hold (a loaded machine takes longer to get there), and 10 s more
+        for _ in range(600):
+            if set(peak) == {0, 1} and min(peak.values()) >= 8:
+                break
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(10)
         later = []
         for _ in range(20):
             later += await tp.wait(4, stop, timeout=0.5)
@@ -180,6 +185,26 @@ def test_a_worker_dying_mid_message_blocks_nobody(tmp_path):
     assert msgs == [("stats", 1, {"battles": 3})]
     assert trainer._readers == [live_r] and dead_r.closed
     live_w.close()
+
+
+def test_close_during_a_drain_leaves_the_draining_thread_quiet(tmp_path, monkeypatch):
+    """stop() cancelled (Ctrl-C) closes the pipes while a drain runs in its thread: the
+    drain ends on the closed pipe without an error of its own."""
+    import multiprocessing as mp
+
+    from maple_async.run import shards
+    trainer = ProcessTransport(_cfg(tmp_path), quiet=True)
+    r, w = mp.Pipe(duplex=False)
+    w.send(("stats", 0, {}))
+    trainer._readers = [r]
+
+    def closed_meanwhile(readers, timeout):
+        trainer.close()
+        return readers
+
+    monkeypatch.setattr(shards, "wait_connections", closed_meanwhile)
+    assert trainer._drain(0.1) == [] and trainer._readers == []
+    w.close()
 
 
 async def test_league_battles_in_one_process_name_their_snapshot(tmp_path, showdown_url):

@@ -5,6 +5,7 @@ context manager. :class:`~.local.LocalPool` (one process) and
 
 from __future__ import annotations
 
+import abc
 from typing import Any, Optional
 
 import numpy as np
@@ -15,7 +16,7 @@ def _flat(values) -> np.ndarray:
     return np.asarray(values).reshape(-1)
 
 
-class PoolAPI:
+class PoolAPI(abc.ABC):  # an ABC so that BattlePool can register ShardedPool
     """The caller's checks over a pool's slots; a subclass sets ``num_envs``,
     ``n_actions``, ``self_play`` and ``_outstanding`` (the slots with the caller: their
     mask, None for a terminal step) and defines ``_check`` and ``_forward``."""

@@ -4,12 +4,11 @@
 (this process; the battles on one event loop in a background thread) or, with
 ``shards=N > 1``, a :class:`~.shards.ShardedPool` (N worker processes, a LocalPool each).
 Both have the same API (:class:`~.api.PoolAPI` and the methods documented on LocalPool)
-and both are instances of :class:`BattlePool`.
+and both are instances of :class:`BattlePool`, which is a LocalPool: a subclass of it is a
+one-process pool with the caller's overrides.
 """
 
 from __future__ import annotations
-
-import abc
 
 from ..obs import actions as act
 from ..obs import encoding as enc
@@ -20,7 +19,7 @@ OBS_DIM = enc.OBS_DIM  # singles; a pool's own: pool.obs_dim, pool.n_actions (do
 N_ACTIONS = act.N_ACTIONS
 
 
-class BattlePool(abc.ABC):
+class BattlePool(LocalPool):
     """``num_battles`` battles in flight, their sides handed to the caller in batches.
 
     ``opponent``: ``"self"`` (both sides are slots: ``2 * num_battles`` slots), a baseline
@@ -38,16 +37,19 @@ class BattlePool(abc.ABC):
     ``"runner.seed"=1``, ...). ``shards``: N > 1 runs the battles in N worker processes,
     each with its own server (:mod:`maple_async.env.shards`), behind the same API.
 
-    Constructing one returns a :class:`~.local.LocalPool` or (``shards > 1``) a
-    :class:`~.shards.ShardedPool`, which the ABC registrations below make BattlePools.
+    ``shards > 1`` returns a :class:`~.shards.ShardedPool`, which the registration below
+    makes a BattlePool too.
     """
 
     def __new__(cls, *args, shards: int = 1, **kwargs):
-        # a factory, not a base: the two implementations share PoolAPI, not this class
         if shards > 1:
+            if cls is not BattlePool:
+                raise TypeError(f"{cls.__name__}: a subclass of BattlePool runs in one process (shards=1)")
             return ShardedPool(*args, shards=shards, **kwargs)
-        return LocalPool(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, *args, shards: int = 1, **kwargs):
+        super().__init__(*args, **kwargs)
 
 
-BattlePool.register(LocalPool)
 BattlePool.register(ShardedPool)

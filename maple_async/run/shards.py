@@ -290,7 +290,8 @@ class ProcessTransport(ShardedTransport):
                     msgs.append(conn.recv())
             except (EOFError, OSError):  # the worker exited (or died): all it sent is read
                 conn.close()
-                self._readers.remove(conn)
+                if conn in self._readers:  # close() may have emptied the list meanwhile
+                    self._readers.remove(conn)
         return msgs
 
     def close(self) -> None:

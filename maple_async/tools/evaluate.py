@@ -49,14 +49,18 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
                    opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
-                   teams: Optional[Teams] = None, replays=None) -> EvalResult:
-    """Play ``n_battles`` against ``opponent``: a baseline's name or another policy
+                   teams: Optional[Teams] = None, replays=None, device=None) -> EvalResult:
+    """Play ``n_battles`` against ``opponent``: a baseline's name, a checkpoint file (loaded
+    on ``device``, default the policy's, as greedy as it) or another policy
     (:func:`opponent_side`), called ``opponent_label`` in the results.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
     ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter."""
+    label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
+    if isinstance(opponent, str):
+        opponent = opponent_side(played(opponent), policy.device if device is None else device,
+                                 policy.greedy, battle_format)
     agent = Agent(policy, batcher_cfg, name="eval")
     other = opponent if isinstance(opponent, str) else Agent(opponent, batcher_cfg, name="eval-opponent")
-    label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
                   labels=(label, "eval"), teams=teams, replays=replays)

@@ -133,8 +133,19 @@ def sweep_table(rows: list[tuple[dict, dict]]) -> str:
     return "\n".join(out)
 
 
+def _strict(x):
+    """NaN and infinities as null: strict JSON readers refuse them."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x
+
+
 def to_json(summary: dict) -> str:
-    return json.dumps(summary, indent=2, sort_keys=True)
+    return json.dumps(_strict(summary), indent=2, sort_keys=True, allow_nan=False)
 
 
 def shards_report(s: dict) -> str:
