@@ -114,15 +114,24 @@ class Searcher:
     async def choose(self, battle) -> str:
         """Our choice for the battle's current request; raises Refusal or a LeafHubError."""
         t0 = time.perf_counter()
-        cfg = self.config
-        decision = f"{battle.battle_tag}:{battle.turn}:{next(self._ids)}"
         seed = int(self._rng.integers(1 << 62))
-        belief = await sample_states(self.hub, battle, cfg.states, seed)
+        belief = await sample_states(self.hub, battle, self.config.states, seed)
         self.stats.relaxed += belief.relaxed
-        request = battle.last_request
-        ours = legal_choices(request)
         fmt = battle.format or battle.battle_tag.split("-")[1]
-        built = await self.hub.build(decision, fmt, belief.states, us=battle.player_role)
+        choice = await self.search(fmt, battle.player_role, belief.states, battle.last_request,
+                                   name=f"{battle.battle_tag}:{battle.turn}")
+        self.stats.ms += (time.perf_counter() - t0) * 1000
+        return choice
+
+    async def search(self, fmt: str, us: str, states: list[dict], request: Optional[dict] = None,
+                     name: str = "") -> str:
+        """Our choice over given STATEs; ``request`` is the real one our side must agree with
+        (None: the first built state's, for constructed positions)."""
+        cfg = self.config
+        decision = f"{name}:{next(self._ids)}"
+        built = await self.hub.build(decision, fmt, states, us=us)
+        request = request or built[0].request
+        ours = legal_choices(request)
         try:
             kept = []
             for k, b in enumerate(built):
@@ -163,5 +172,4 @@ class Searcher:
         picked = rule(tables, rng=self._rng if cfg.rule == "equilibrium" else None)
         self.stats.searched += 1
         self.stats.leaves += len(specs)
-        self.stats.ms += (time.perf_counter() - t0) * 1000
         return ours[picked.action]
