@@ -60,7 +60,7 @@ class RunnerConfig:
     concurrency: int = key(64, "battles in flight per player", gt=0)
     open_team_sheets: bool = key(False, "VGC: every player of the run accepts open team sheets (both "
                                         "sides' sets are shown at team preview when both accept)")
-    opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics"))
+    opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics", "search"))
     device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
                       choices=("auto", "cpu", "cuda", "mps"))
     battle_timeout_s: float = key(300.0, "a battle Showdown leaves silent this long (our pending decisions do not count) is forfeited and freed", gt=0)

@@ -18,6 +18,10 @@ from typing import Any
 from .errors import ConfigError, UserError
 
 BASELINE_NAMES = ("random", "max_power", "heuristics")  # poke-env's players (pokeenv.players.BASELINES)
+# Network-free search on Showdown's simulator (maple_async.search): held out, so never in a
+# training mix, a teacher or curve's list; eval and play name it.
+SEARCH_NAMES = ("search",)
+PLAYED_NAMES = BASELINE_NAMES + SEARCH_NAMES
 MIX_KINDS = ("self", "league") + BASELINE_NAMES
 
 SELF, LEAGUE, BASELINE, CHECKPOINT, POLICY = "self", "league", "baseline", "checkpoint", "policy"
@@ -70,15 +74,15 @@ def parse(spec: Any) -> Opponent:
 
 def played(spec: str) -> Opponent:
     """An opponent that ``evaluate`` plays: a baseline by name, else a checkpoint path."""
-    return Opponent(BASELINE if spec in BASELINE_NAMES else CHECKPOINT, spec)
+    return Opponent(BASELINE if spec in PLAYED_NAMES else CHECKPOINT, spec)
 
 
 def eval_list(text: str) -> list[Opponent]:
     """eval's ``--opponents``: baselines and checkpoint files, at least one."""
     names = split(text)
     for name in names or [""]:
-        if name not in BASELINE_NAMES and not os.path.isfile(name):
-            raise UserError(f"--opponents must list {', '.join(BASELINE_NAMES)} or checkpoint files; "
+        if name not in PLAYED_NAMES and not os.path.isfile(name):
+            raise UserError(f"--opponents must list {', '.join(PLAYED_NAMES)} or checkpoint files; "
                             f"got {name!r}")
     return [played(n) for n in names]
 
@@ -143,11 +147,20 @@ def training_label(opponent: str, train_cfg) -> str:
     """Whether ``opponent`` was in the checkpoint's training mix ("in training"), the
     teacher its weights were cloned from ("teacher (cloned)"), or neither ("held out");
     another checkpoint is "checkpoint"."""
+    if opponent in SEARCH_NAMES:
+        return "held out"
     if opponent not in BASELINE_NAMES:
         return "checkpoint"
     if opponent in parse_opponent_mix(train_cfg.opponents):
         return "in training"
     return "teacher (cloned)" if opponent == train_cfg.teacher else "held out"
+
+
+def search_format(battle_format: str) -> None:
+    """The search opponent plays singles: a doubles format (poke-env's test) is refused."""
+    f = battle_format.lower()
+    if "vgc" in f or "double" in f or "metronome" in f:
+        raise UserError(f"the search opponent plays singles only; {battle_format} is a doubles format")
 
 
 def policy_ref(spec: str) -> tuple[str, str]:

@@ -26,7 +26,7 @@ def test_lists_of_opponents(tmp_path):
     ckpt = tmp_path / "a.pt"
     ckpt.write_bytes(b"")
     assert [o.kind for o in O.eval_list(f" random,{ckpt} ,")] == [O.BASELINE, O.CHECKPOINT]
-    with pytest.raises(UserError, match="--opponents must list random, max_power, heuristics or checkpoint "
+    with pytest.raises(UserError, match="--opponents must list random, max_power, heuristics, search or checkpoint "
                                         "files; got 'nope.pt'"):
         O.eval_list("random,nope.pt")
     with pytest.raises(UserError, match="got ''"):

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instead of a checkpoint: a policy trained outside (module:attr or "
                          "path/to/file.py:attr; a batch callable, see docs/env.md)")
     ev.add_argument("--opponents", default=None,
-                    help="comma list of random | max_power | heuristics | checkpoint PATH: one row per "
+                    help="comma list of random | max_power | heuristics | search | checkpoint PATH: one row per "
                          "opponent (labelled held out / in training from the checkpoint's mix), ratings; "
                          "checkpoints also play each other")
     ev.add_argument("--opponent", default="random", help="one opponent (the same as --opponents X)")

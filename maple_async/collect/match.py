@@ -237,6 +237,7 @@ class PlayResult(Rates):
     losses: int
     ties: int
     opponent_invalid_choices: Optional[int] = None  # a baseline opponent's [Invalid choice] errors
+    opponent_search: str = ""  # the search opponent's counters
 
 
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
@@ -260,6 +261,8 @@ async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str =
     nb = bstats.batches - b0
     r = match.results  # from the first side's view (in self-play both sides are the agent)
     errors = getattr(match.opponent, "errors", None)
+    search = getattr(match.opponent, "search_stats", None)
     return PlayResult(r["won"] + r["lost"] + r["tied"], elapsed, agent.stats.decisions - d0,
                       (bstats.decisions - s0) / nb if nb else 0.0, r["won"], r["lost"], r["tied"],
-                      errors.invalid_choices if errors is not None else None)
+                      errors.invalid_choices if errors is not None else None,
+                      search.line() if search is not None else "")

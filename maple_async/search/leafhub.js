@@ -6,6 +6,8 @@
 //     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...]}]}
 //   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...]}
 //     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value"} | {"error"}]}
+//   {"id", "op": "sample", "format", "seed": SEED, "k", "size", "known": [KNOWN, ...], "tries"}
+//     -> {"id", "ok": true, "teams": [[set, ...] x k], "relaxed": n}   (the opponent's teams: below)
 //   {"id", "op": "drop", "decision"}  -> {"id", "ok": true}
 //   {"id", "op": "ping"}              -> {"id", "ok": true}
 //   any request that cannot be served -> {"id", "ok": false, "error": reason}; the process goes on.
@@ -13,13 +15,29 @@
 //
 // STATE = {"seed": SEED, "turn": n, "p1": SIDE, "p2": SIDE, "field": FIELD}
 // SIDE  = {"name", "team": [Showdown set objects], "active": index into team (0 by default),
+//          (a set may carry "fit": {hp, atk, def, spa, spd, spe} and "fitHpPower": n in place of
+//          its EVs and IVs: the spread nearest the random formats' that gives those stats),
 //          "pokemon": [PATCH | null per team index], "conditions": {id: {"duration", "layers"}},
 //          "teraUsed": bool}
-// PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "boosts": {stat: n},
-//          "pp": [n per move slot], "item", "volatiles": {id: {fields} | null}, "activeTurns",
-//          "terastallized": type}
-// FIELD = {"weather", "weatherDuration", "terrain", "terrainDuration",
-//          "pseudoWeather": {id: {"duration"}}}
+// PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "statusSeen": n,
+//          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
+//          "activeTurns", "terastallized": type}
+// FIELD = {"weather", "weatherDuration", "weatherSource", "weatherElapsed", "terrain",
+//          "terrainDuration", "terrainSource", "terrainElapsed", "pseudoWeather": {id: {fields}}}
+// Timers the caller cannot see are drawn here by the effect's own rules, with the state's PRNG:
+// "statusSeen" n (sleep: turns it failed to move) starts the status as the game does and keeps a
+// draw whose timer outlasts n; a volatile's {"seen": n} the same (confusion: failed turns;
+// others: turn ends); a side or field condition's {"elapsed": n, "source": [side, team index]}
+// takes its duration from the rule (Light Clay, Damp Rock: the source's item) less n.
+// "weatherSource"/"terrainSource" = {"side", "index", "by": "ability" | "move"}: the weather is
+// set as its source set it (gen 3-5 ability weather lasts), then "weatherElapsed" turns pass.
+// A volatile's {"uses": n} on stall: Protect's counter after n uses in a row.
+// KNOWN = {"species", "level", "gender", "moves": [id, ...], "item": id | "" (gone) | null
+//          (unknown), "ability": id | null, "tera": type | null}: the revealed facts of one
+//          Pokémon of the opponent. Each known Pokémon's set is drawn by the format's generator
+//          (randomSet) until one agrees with every revealed fact ("tries" draws at most; else the
+//          draw that agrees most, with the revealed facts written over it: counted as relaxed);
+//          the team is filled to "size" from a generator team's species not seen.
 // SEED  = four integers below 65536, or a Showdown seed string ("sodium,…").
 //
 // A state is a fresh `new Battle` whose leads are the active Pokémon: the team is reordered
@@ -55,7 +73,11 @@ function need(cond, why) {
 function effectState(battle, id, target, fields) {
   const state = battle.initEffectState({id, target});
   for (const [k, v] of Object.entries(fields || {})) {
-    if (k === 'source' && v === 'foe') {
+    if (k === 'seen' || k === 'uses' || k === 'elapsed') continue;  // drawn() reads them
+    if (k === 'source' && Array.isArray(v)) {
+      state.source = sourcePokemon(battle, v);
+      state.sourceSlot = state.source.getSlot();
+    } else if (k === 'source' && v === 'foe') {
       state.source = target.side.foe.active[0];
       state.sourceSlot = state.source.getSlot();
     } else {
@@ -63,6 +85,42 @@ function effectState(battle, id, target, fields) {
     }
   }
   return state;
+}
+
+// side.pokemon is in the battle's order; a state's team indices are the caller's: orders maps.
+let orders = null;
+
+function sourcePokemon(battle, [sideId, index]) {
+  const side = battle.sides[sideId === 'p1' ? 0 : 1];
+  need(side && Number.isInteger(index) && index >= 0 && index < side.pokemon.length, `no source ${sideId} ${index}`);
+  return side.pokemon[orders ? orders[side.n][index] : index];
+}
+
+// A timer the caller cannot see, drawn by the effect's own rule (its duration, durationCallback
+// and onStart, on the battle's PRNG) until it outlasts what was seen; then what was seen is
+// taken off it.
+function drawn(battle, effect, target, fields, seen, source, start) {
+  for (let tries = 0; tries < 64; tries++) {
+    const state = effectState(battle, effect.id, target, fields);
+    if (effect.duration) state.duration = effect.duration;
+    if (effect.durationCallback) state.duration = effect.durationCallback.call(battle, target, source || target, null);
+    if (start && effect.onStart) {
+      const prev = battle.effectState;
+      battle.effectState = state;
+      try {
+        effect.onStart.call(battle, target, source || target, null);
+      } finally {
+        battle.effectState = prev;
+      }
+    }
+    const key = state.time !== undefined ? 'time' : state.duration ? 'duration' : null;
+    if (!key) return state;
+    if (state[key] - seen > 0) {
+      state[key] -= seen;
+      return state;
+    }
+  }
+  throw new BadRequest(`${effect.id}: no draw of its timer outlasts ${seen} turns seen`);
 }
 
 function condition(battle, id, what) {
@@ -90,8 +148,12 @@ function patchPokemon(battle, pokemon, p) {
   if (p.status !== undefined) {
     const id = p.status ? condition(battle, p.status, 'status') : '';
     pokemon.status = id;
-    const defaults = id === 'slp' ? {time: 2, startTime: 2} : id === 'tox' ? {stage: 0} : {};
-    pokemon.statusState = effectState(battle, id, pokemon, {...defaults, ...p.statusState});
+    if (id && p.statusSeen !== undefined) {
+      pokemon.statusState = drawn(battle, battle.dex.conditions.get(id), pokemon, p.statusState, p.statusSeen, null, true);
+    } else {
+      const defaults = id === 'slp' ? {time: 2, startTime: 2} : id === 'tox' ? {stage: 0} : {};
+      pokemon.statusState = effectState(battle, id, pokemon, {...defaults, ...p.statusState});
+    }
   }
   if (p.pp) {
     need(p.pp.length <= pokemon.moveSlots.length, `${p.pp.length} PP values for ${pokemon.moveSlots.length} moves`);
@@ -113,8 +175,19 @@ function patchPokemon(battle, pokemon, p) {
   for (const [id, fields] of Object.entries(p.volatiles || {})) {
     need(pokemon.isActive, `volatile '${id}' on ${pokemon.name}, who is not active`);
     const vid = condition(battle, id, 'volatile');
-    if (fields === null) delete pokemon.volatiles[vid];
-    else pokemon.volatiles[vid] = effectState(battle, vid, pokemon, fields);
+    if (fields === null) {
+      delete pokemon.volatiles[vid];
+    } else if (fields.seen !== undefined) {
+      pokemon.volatiles[vid] = drawn(battle, battle.dex.conditions.get(vid), pokemon, fields, fields.seen,
+        pokemon.side.foe.active[0], true);
+    } else if (fields.uses !== undefined) {
+      const effect = battle.dex.conditions.get(vid);
+      const state = effectState(battle, vid, pokemon, {duration: 1, counter: 3, ...fields});
+      for (let i = 1; i < fields.uses && state.counter < (effect.counterMax || Infinity); i++) state.counter *= 3;
+      pokemon.volatiles[vid] = state;
+    } else {
+      pokemon.volatiles[vid] = effectState(battle, vid, pokemon, fields);
+    }
   }
 }
 
@@ -137,25 +210,58 @@ function patchSide(battle, side, s, order) {
   side.sideConditions = {};
   for (const [id, fields] of Object.entries(s.conditions || {})) {
     const cid = condition(battle, id, 'side condition');
-    side.sideConditions[cid] = effectState(battle, cid, side, fields);
+    side.sideConditions[cid] = timed(battle, cid, side, fields);
   }
   if (s.teraUsed) for (const pokemon of side.pokemon) pokemon.canTerastallize = null;
+}
+
+// A side or field condition: its fields as given, or with "elapsed" its duration by rule.
+function timed(battle, id, target, fields) {
+  if (!fields || fields.elapsed === undefined) return effectState(battle, id, target, fields);
+  const source = fields.source ? sourcePokemon(battle, fields.source) : null;
+  const state = drawn(battle, battle.dex.conditions.get(id), target, fields, fields.elapsed, source, false);
+  if (source) {
+    state.source = source;
+    state.sourceSlot = source.getSlot();
+  }
+  return state;
+}
+
+// Weather or terrain as its source set it, then `elapsed` turns on; false: no source given.
+function setBySource(battle, kind, id, src, elapsed) {
+  if (!src) return false;
+  const field = battle.field;
+  const source = sourcePokemon(battle, [src.side, src.index]);
+  const by = src.by === 'ability' ? source.getAbility() : battle.dex.moves.get(id);
+  const ok = kind === 'weather' ? field.setWeather(id, source, by) : field.setTerrain(id, source, by);
+  need(ok, `${kind} ${id} could not be set by ${source.name}`);
+  const state = kind === 'weather' ? field.weatherState : field.terrainState;
+  if (state.duration) state.duration = Math.max(1, state.duration - (elapsed || 0));
+  return true;
 }
 
 function patchField(battle, f) {
   const field = battle.field;
   const weather = f.weather ? condition(battle, f.weather, 'weather') : '';
-  field.weather = weather;
-  field.weatherState = effectState(battle, weather, field,
-    weather && f.weatherDuration !== undefined ? {duration: f.weatherDuration} : {});
+  field.weather = '';
+  field.weatherState = effectState(battle, '', field, {});
+  if (!weather || !setBySource(battle, 'weather', weather, f.weatherSource, f.weatherElapsed)) {
+    field.weather = weather;
+    field.weatherState = effectState(battle, weather, field,
+      weather && f.weatherDuration !== undefined ? {duration: f.weatherDuration} : {});
+  }
   const terrain = f.terrain ? condition(battle, f.terrain, 'terrain') : '';
-  field.terrain = terrain;
-  field.terrainState = effectState(battle, terrain, field,
-    terrain && f.terrainDuration !== undefined ? {duration: f.terrainDuration} : {});
+  field.terrain = '';
+  field.terrainState = effectState(battle, '', field, {});
+  if (!terrain || !setBySource(battle, 'terrain', terrain, f.terrainSource, f.terrainElapsed)) {
+    field.terrain = terrain;
+    field.terrainState = effectState(battle, terrain, field,
+      terrain && f.terrainDuration !== undefined ? {duration: f.terrainDuration} : {});
+  }
   field.pseudoWeather = {};
   for (const [id, fields] of Object.entries(f.pseudoWeather || {})) {
     const pid = condition(battle, id, 'field condition');
-    field.pseudoWeather[pid] = effectState(battle, pid, field, fields);
+    field.pseudoWeather[pid] = timed(battle, pid, field, fields);
   }
 }
 
@@ -179,6 +285,156 @@ function refreshActive(battle) {
       battle.runEvent('MaybeTrapPokemon', pokemon);
     }
   }
+}
+
+const SPREAD = ['hp', 'atk', 'def', 'spa', 'spd', 'spe'];
+const EV_CHOICES = [85, 84, 0, 252, 255];  // the random formats' first, then the extremes
+
+function statOf(dex, stat, base, iv, ev, level) {
+  const core = Math.trunc(Math.trunc(2 * base + iv + Math.trunc(ev / 4) + (stat === 'hp' ? 100 : 0)) * level / 100);
+  return core + (stat === 'hp' ? 10 : 5);
+}
+
+// The EVs and IVs (no nature) nearest the random formats' (85 EVs, 31 IVs) that give a set's
+// stats; with a Hidden Power power (gens 2-5), one whose IVs also give that power.
+function fitSpread(dex, set, want, hpPower) {
+  const species = dex.species.get(set.species);
+  need(species.exists, `unknown species '${set.species}'`);
+  const options = {};
+  for (const stat of SPREAD) {
+    options[stat] = [];
+    if ((stat === 'hp' && species.maxHP) || (stat === 'hp' && want.hp === null)) {  // Shedinja; fainted
+      options[stat].push([85, 31]);
+      continue;
+    }
+    need(Number.isInteger(want[stat]), `no ${stat} to fit for ${set.species}`);
+    for (const ev of EV_CHOICES) {
+      for (let iv = 31; iv >= 0; iv--) {
+        if (statOf(dex, stat, species.baseStats[stat], iv, ev, set.level || 100) === want[stat]) options[stat].push([ev, iv]);
+      }
+    }
+    need(options[stat].length, `no EVs and IVs give ${set.species}'s ${stat} ${want[stat]}`);
+  }
+  const pick = (choice) => ({
+    evs: Object.fromEntries(SPREAD.map((k) => [k, options[k][choice[k]][0]])),
+    ivs: Object.fromEntries(SPREAD.map((k) => [k, options[k][choice[k]][1]])),
+  });
+  const first = Object.fromEntries(SPREAD.map((k) => [k, 0]));
+  if (!hpPower) return pick(first);
+  // Hidden Power's power reads the IVs' second bits: search the IVs that give the same stats.
+  const ranges = SPREAD.map((k) => options[k].map((o, i) => i).filter((i) => options[k][i][0] === options[k][0][0]));
+  const choice = {...first};
+  const walk = (d) => {
+    if (d === SPREAD.length) return dex.getHiddenPower(pick(choice).ivs).power === hpPower;
+    for (const i of ranges[d]) {
+      choice[SPREAD[d]] = i;
+      if (walk(d + 1)) return true;
+    }
+    return false;
+  };
+  need(walk(0), `no IVs give ${set.species}'s stats and Hidden Power ${hpPower}`);
+  return pick(choice);
+}
+
+function fitted(dex, set) {
+  if (!set.fit) return set;
+  const {fit, fitHpPower, ...rest} = set;
+  return {...rest, ...fitSpread(dex, rest, fit, fitHpPower)};
+}
+
+// The opponent's teams: each known Pokémon's set drawn by the format's generator until one agrees
+// with what was revealed, the rest of the team from a generator team's unseen species.
+function sample(msg) {
+  need(typeof msg.format === 'string', 'no format');
+  need(Number.isInteger(msg.k) && msg.k > 0, 'k must be a positive integer');
+  const known = msg.known || [];
+  const size = msg.size || 6;
+  const tries = msg.tries || 100;
+  const gen = Teams.getGenerator(msg.format, Array.isArray(msg.seed) ? msg.seed : undefined);
+  const dex = gen.dex;
+  const seenBase = new Set(known.map((m) => dex.species.get(m.species).baseSpecies));
+  let relaxed = 0;
+  const teams = [];
+  for (let k = 0; k < msg.k; k++) {
+    const team = [];
+    for (const m of known) {
+      let best = null;
+      let bestScore = -1;
+      for (let t = 0; t < tries && bestScore < 1; t++) {
+        const set = gen.randomSet(m.species, {}, false);
+        const score = agreement(dex, set, m);
+        if (score > bestScore) [best, bestScore] = [set, score];
+      }
+      if (bestScore < 1) relaxed++;
+      team.push(revealed(dex, best, m));
+    }
+    for (let guard = 0; team.length < size && guard < 20; guard++) {
+      for (const set of gen.getTeam()) {
+        const base = dex.species.get(set.species).baseSpecies;
+        if (team.length < size && !seenBase.has(base) && !team.some((s) => dex.species.get(s.species).baseSpecies === base)) {
+          team.push(set);
+        }
+      }
+    }
+    need(team.length === size, `could not fill a team of ${size}`);
+    teams.push(team);
+  }
+  return {teams, relaxed};
+}
+
+// A set's move id and a revealed one: Hidden Power is revealed without its type ("hiddenpower").
+function sameMove(set, seen) {
+  if (set === seen) return true;
+  return set.startsWith('hiddenpower') && seen.startsWith('hiddenpower') && (seen === 'hiddenpower' || seen.startsWith(set));
+}
+
+// The share of a known Pokémon's revealed facts that a drawn set agrees with (1: all).
+function agreement(dex, set, m) {
+  const moves = new Set(set.moves.map((x) => dex.moves.get(x).id));
+  let ok = 0;
+  let all = 0;
+  for (const move of m.moves || []) {
+    all++;
+    if ([...moves].some((x) => sameMove(x, move))) ok++;
+  }
+  if (m.item) {
+    all++;
+    if (dex.items.get(set.item).id === m.item) ok++;
+  }
+  if (m.ability) {
+    all++;
+    if (dex.abilities.get(set.ability).id === m.ability) ok++;
+  }
+  if (m.tera) {
+    all++;
+    if ((set.teraType || '').toLowerCase() === m.tera.toLowerCase()) ok++;
+  }
+  return all ? ok / all : 1;
+}
+
+// A drawn set with the revealed facts written over it (a no-op where it agrees).
+function revealed(dex, set, m) {
+  const out = {...set, name: m.name || set.name, level: m.level || set.level};
+  if (m.gender !== undefined) out.gender = m.gender;
+  const ids = out.moves.map((x) => dex.moves.get(x).id);
+  const known = m.moves || [];
+  const missing = known.filter((x) => !ids.some((y) => sameMove(y, x)));
+  const moves = out.moves.slice();
+  for (const x of missing) {
+    const j = ids.findIndex((y) => !known.some((z) => sameMove(y, z)));
+    if (j >= 0 && moves.length >= 4) {
+      moves[j] = x;
+      ids[j] = x;
+    } else {
+      moves.push(x);
+      ids.push(x);
+    }
+  }
+  out.moves = moves.slice(0, Math.max(4, (m.moves || []).length));
+  if (m.item) out.item = m.item;
+  if (m.ability) out.ability = m.ability;
+  if (m.tera) out.teraType = m.tera;
+  return out;
 }
 
 // The team as switchIn leaves it when team[active] switched in for team[0]; order[i] is where
@@ -209,11 +465,13 @@ function build(msg) {
         return {id, s: st[id], ...reorder(st[id].team, st[id].active || 0)};
       });
       need((st.p1.name || 'p1') !== (st.p2.name || 'p2'), 'both sides have one name: the winner would be ambiguous');
+      const dex = sim.Dex.forFormat(msg.format);
       const battle = new Battle({
         formatid: msg.format, seed: st.seed,
-        p1: {name: st.p1.name || 'p1', team: sides[0].placed},
-        p2: {name: st.p2.name || 'p2', team: sides[1].placed},
+        p1: {name: st.p1.name || 'p1', team: sides[0].placed.map((set) => fitted(dex, set))},
+        p2: {name: st.p2.name || 'p2', team: sides[1].placed.map((set) => fitted(dex, set))},
       });
+      orders = sides.map((side) => side.order);
       if (battle.requestState === 'teampreview') battle.makeChoices('default', 'default');
       need(battle.requestState === 'move' && !battle.ended,
         `the battle did not reach a move request (${battle.requestState || 'none'})`);
@@ -233,6 +491,8 @@ function build(msg) {
       });
     } catch (err) {
       throw new BadRequest(`state ${k}: ${err.message}`);
+    } finally {
+      orders = null;
     }
   }
   decisions.set(msg.decision, {us: msg.us, states: built});
@@ -344,6 +604,7 @@ function handle(line) {
     switch (msg.op) {
     case 'build': body = build(msg); break;
     case 'leaves': body = leaves(msg); break;
+    case 'sample': body = sample(msg); break;
     case 'drop': decisions.delete(msg.decision); body = {}; break;
     case 'ping': body = {}; break;
     default: throw new BadRequest(`unknown op '${msg.op}'`);

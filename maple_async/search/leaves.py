@@ -136,6 +136,15 @@ class LeafHub:
                                      "leaves": [[int(k), a, b, s] for k, a, b, s in leaves]})
         return [Leaf(**leaf) for leaf in reply["leaves"]]
 
+    async def sample(self, format: str, known: Sequence[dict], k: int, size: int,
+                     seed: Sequence[int], tries: int = 100) -> tuple[list[list[dict]], int]:
+        """``k`` teams of ``size`` for the opponent: each ``known`` Pokémon's set drawn by the
+        format's generator to agree with its revealed facts, the rest unseen species. Returns
+        the teams and how many draws had to be made to agree (relaxed)."""
+        reply = await self._request({"op": "sample", "format": format, "known": list(known), "k": k,
+                                     "size": size, "seed": list(seed), "tries": tries})
+        return reply["teams"], reply["relaxed"]
+
     async def drop(self, decision: str) -> None:
         await self._request({"op": "drop", "decision": decision})
 

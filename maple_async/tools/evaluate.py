@@ -27,6 +27,7 @@ class EvalResult:
     losses: int
     ties: int
     seconds: float
+    note: str = ""  # the search opponent's counters (searched and refused shares, ms per decision)
 
     @property
     def win_rate(self) -> float:
@@ -69,7 +70,9 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
     finally:
         await match.close(close_batchers=True)
     r = match.results
-    return EvalResult(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds)
+    search = getattr(match.opponent, "search_stats", None)
+    return EvalResult(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds,
+                      note=search.line() if search is not None else "")
 
 
 def opponent_side(opponent: Opponent, device, greedy: bool, battle_format: str):
@@ -196,6 +199,8 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
                 table.results.append((me.name, res, "outside policy"))
                 if not quiet:
                     print(table.row(-1), flush=True)
+                    if res.note:
+                        print(f"[eval] {res.opponent}: {res.note}", flush=True)
         if not quiet:
             print("\n".join(table.summary()), flush=True)
         return table
@@ -266,6 +271,8 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
                     table.results.append((short[c] + tag, res, label))
                     if not quiet:
                         print(table.row(-1), flush=True)
+                        if res.note:
+                            print(f"[eval] {res.opponent}: {res.note}", flush=True)
     if json_path:
         text = json.dumps(table.to_json(), indent=2)
         if quiet:

@@ -61,4 +61,6 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
           f"(hidden trapping): {agent.stats.unavailable_choices}, re-decisions: {agent.stats.retries}"
           + (f", {cfg.runner.opponent}'s [Invalid choice] errors: {res.opponent_invalid_choices}"
              if res.opponent_invalid_choices is not None else ""))
+    if res.opponent_search:
+        print(f"[play] search: {res.opponent_search}")
     return 0

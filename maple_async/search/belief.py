@@ -1,0 +1,470 @@
+"""Belief: sampled full battle states from the player's view (issue 62, item 1).
+
+From a poke-env singles battle and its current request, :func:`sample_states` draws ``k``
+STATE dicts in ``leafhub.js``'s format:
+
+* **our side exact**, from the request: species, level, gender, moves in slot order, item,
+  ability, tera type, HP and status; stats rebuilt by ``leafhub.js`` (the EVs and IVs nearest the
+  random formats' 85/31 that give the request's stats); PP from the request (the active) or
+  poke-env's count of our uses (the bench); boosts and volatiles from poke-env. ``leafhub.js``
+  builds the state and :func:`check_ours` compares its request with the real one, field by field:
+  a mismatch refuses the decision.
+* **the opponent's revealed facts kept**: species, level, gender, moves seen, item (or that it is
+  gone), ability, tera, HP fraction, status, boosts, PP poke-env counted, supported volatiles,
+  side conditions, weather, terrain and field conditions, with turns elapsed.
+* **the unrevealed drawn from public knowledge**: each seen Pokémon's set by the pinned
+  generator's ``randomSet`` conditioned on its revealed facts, the unseen bench from a generator
+  team's species not seen (``leafhub.js``'s ``sample`` op); timers the view cannot see (sleep,
+  confusion, taunt, screens, weather) drawn in ``leafhub.js`` by the effect's own rule given the
+  turns seen, read here from the battle's protocol (``Battle._replay_data``).
+
+What cannot be represented faithfully raises :class:`Refusal` with a short ``reason``
+(``doubles``, ``team_format``, ``forced_switch``, ``illusion``, ``transform``, ``ditto``,
+``volatile:<name>``, ``locked_move``, ``recharge``, ``two_turn_move``, ``substitute_hp``,
+``forme_change``, ...): never approximated silently.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from poke_env.battle import DoubleBattle, Effect, SideCondition
+
+from .leaves import BuiltState, LeafHub
+
+UNKNOWN_ITEM = "unknown_item"
+CHOICE_ITEMS = ("choiceband", "choicescarf", "choicespecs")
+# Moves that lock the user for 2-3 turns, unseen by poke-env: a state right after one is refused.
+LOCKING_MOVES = {"outrage", "petaldance", "thrash", "uproar", "rollout", "iceball", "ragingfury"}
+# poke-env effects a state sets, and how: a Showdown volatile id and its fields; "seen" is
+# filled in from the protocol (failed turns for confusion, turn ends for the others).
+VOLATILES = {
+    Effect.SUBSTITUTE: ("substitute", {"seen": 0}),
+    Effect.CONFUSION: ("confusion", {"seen": None}),
+    Effect.LEECH_SEED: ("leechseed", {"source": "foe"}),
+    Effect.TAUNT: ("taunt", {"seen": None}),
+    Effect.YAWN: ("yawn", {"seen": None}),
+    Effect.MAGNET_RISE: ("magnetrise", {"seen": None}),
+    Effect.FOCUS_ENERGY: ("focusenergy", {}),
+    Effect.AQUA_RING: ("aquaring", {}),
+    Effect.INGRAIN: ("ingrain", {}),
+    Effect.CURSE: ("curse", {}),
+    Effect.NIGHTMARE: ("nightmare", {}),
+    Effect.FLASH_FIRE: ("flashfire", {}),
+    Effect.ATTRACT: ("attract", {"source": "foe"}),
+    Effect.CHARGE: ("charge", {"seen": None}),
+}
+# Effects poke-env keeps that need nothing in the state (already in the species, the request,
+# or over by the next turn).
+IGNORED_EFFECTS = {getattr(Effect, n) for n in (
+    "PROTECT", "ENDURE", "FLINCH", "ROOST", "TRICK", "FOCUS_PUNCH", "FOLLOW_ME", "HELPING_HAND",
+    "SNATCH", "MAGIC_COAT", "POWDER", "LEPPA_BERRY", "CUSTAP_BERRY", "QUICK_CLAW", "QUICK_DRAW",
+    "FOCUS_BAND", "SKETCH", "SPITE", "CELEBRATE", "IMMUNITY", "INSOMNIA", "LIMBER", "OBLIVIOUS",
+    "OWN_TEMPO", "VITAL_SPIRIT", "WATER_VEIL", "SYNCHRONIZE", "FOREWARN", "ROUGH_SKIN",
+    "IRON_BARBS", "AFTERMATH", "INNARDS_OUT", "LIQUID_OOZE", "MUMMY", "LINGERING_AROMA",
+    "SAFETY_GOGGLES", "PROTECTIVE_PADS", "STICKY_HOLD", "SUCTION_CUPS", "HEAL_BELL",
+    "AROMATHERAPY", "BAD_DREAMS", "HEALER", "HYDRATION", "SHED_SKIN", "CUD_CHEW", "TIDY_UP",
+    "COURT_CHANGE", "SCREEN_CLEANER", "CRAFTY_SHIELD", "QUICK_GUARD", "WIDE_GUARD", "MAT_BLOCK",
+    "FEINT", "LIGHTNING_ROD", "STORM_DRAIN", "TELEPATHY", "SYMBIOSIS", "GUARD_DOG", "DANCER",
+    "ELECTRIFY") if hasattr(Effect, n)}
+ILLUSION = {"zoroark", "zorua", "zoroarkhisui", "zoruahisui"}
+SWITCH_IN = {"switch", "drag", "replace"}
+
+
+class Refusal(Exception):
+    """A decision whose state cannot be represented faithfully; ``reason`` names why (a short
+    key the counters group by), the message says more."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass
+class Belief:
+    """One decision's sampled states, and what building them said."""
+    states: list[dict]
+    built: list[BuiltState] = field(default_factory=list)
+    relaxed: int = 0  # opponent Pokémon whose revealed facts no generator draw agreed with
+
+
+def to_id(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(text).lower())
+
+
+def move_id(request_id: str) -> str:
+    """A request's move id as a set's: Hidden Power's type stays, its power (and Return's) goes."""
+    return re.sub(r"\d+$", "", request_id)
+
+
+def parse_details(details: str) -> dict:
+    parts = [p.strip() for p in details.split(",")]
+    out = {"species": parts[0], "level": 100, "gender": ""}
+    for p in parts[1:]:
+        if p.startswith("L") and p[1:].isdigit():
+            out["level"] = int(p[1:])
+        elif p in ("M", "F"):
+            out["gender"] = p
+        elif p.startswith("tera:"):
+            out["tera"] = p[5:]
+    return out
+
+
+def parse_condition(condition: str) -> tuple[int, int, str]:
+    """'123/250 par' -> (123, 250, 'par'); '0 fnt' -> (0, 0, 'fnt')."""
+    hp, _, status = condition.partition(" ")
+    if "/" not in hp:
+        return 0, 0, status or "fnt"
+    cur, mx = hp.split("/")
+    return int(cur), int(mx), status
+
+
+# -- the protocol, read back ------------------------------------------------------------------
+class Protocol:
+    """The battle's messages (poke-env's ``_replay_data``), searched for what poke-env does not
+    keep: when an effect started, how many turns or failed moves it has seen, who set it."""
+
+    def __init__(self, battle):
+        self.events = [m for m in battle._replay_data if len(m) > 1]
+
+    @staticmethod
+    def who(ident: str) -> tuple[str, str]:
+        """'p2a: Gyarados' -> ('p2', 'Gyarados')."""
+        side, _, name = ident.partition(": ")
+        return side[:2], name
+
+    def last(self, test, before: Optional[int] = None) -> int:
+        end = len(self.events) if before is None else before
+        for i in range(end - 1, -1, -1):
+            if test(self.events[i]):
+                return i
+        return -1
+
+    def count(self, test, after: int) -> int:
+        return sum(1 for m in self.events[after + 1:] if test(m))
+
+    def turns_since(self, i: int) -> int:
+        return self.count(lambda m: m[1] == "turn", i)
+
+    def switched_in(self, side: str, name: str) -> int:
+        return self.last(lambda m: m[1] in SWITCH_IN and self.who(m[2]) == (side, name))
+
+    def mine(self, m: list, side: str, name: str, pos: int = 2) -> bool:
+        return len(m) > pos and self.who(m[pos]) == (side, name)
+
+    def source_before(self, i: int) -> Optional[tuple[str, str, str]]:
+        """Who set what started at event ``i``: its ``[of]`` Pokémon (an ability or item) or the
+        user of the last move before it; (side, name, "ability" | "move")."""
+        m = self.events[i]
+        of = [p[5:] for p in m if p.startswith("[of] ")]
+        if of and any(p.startswith("[from] ability:") for p in m):
+            return (*self.who(of[0]), "ability")
+        j = self.last(lambda e: e[1] == "move", before=i)
+        if j >= 0:
+            return (*self.who(self.events[j][2]), "move")
+        return None
+
+
+# -- our side ---------------------------------------------------------------------------------
+def our_side(battle, request: dict, proto: Protocol) -> dict:
+    role = battle.player_role
+    team, patches = [], []
+    active_req = (request.get("active") or [{}])[0]
+    for i, p in enumerate(request["side"]["pokemon"]):
+        det = parse_details(p["details"])
+        hp, maxhp, status = parse_condition(p["condition"])
+        name = p["ident"].split(": ", 1)[1]
+        if to_id(det["species"]) in ILLUSION or to_id(p.get("baseAbility", "")) == "illusion":
+            raise Refusal("illusion", f"our {name}")
+        if to_id(det["species"]) == "ditto":
+            raise Refusal("ditto", f"our {name}")
+        moves = [move_id(m) for m in p["moves"]]
+        s = {"name": name, "species": det["species"], "level": det["level"], "gender": det["gender"],
+             "moves": moves, "item": p.get("item", ""), "ability": p.get("baseAbility", ""),
+             "fit": {"hp": maxhp, **p["stats"]}}
+        if p.get("teraType"):
+            s["teraType"] = p["teraType"]
+        if maxhp == 0:  # fainted: its HP is not shown, its other stats are
+            s["fit"]["hp"] = None
+        team.append(s)
+        mon = battle.get_pokemon(p["ident"])
+        patch: dict = {"hp": hp, "status": status if status in ("slp", "tox", "psn", "brn", "par", "frz") else ""}
+        if status == "slp":
+            patch.update(sleep_patch(proto, role, name, battle.gen))
+        if status == "tox":
+            patch["statusState"] = {"stage": toxic_stage(proto, role, name)}
+        if p.get("terastallized"):
+            patch["terastallized"] = p["terastallized"]
+        if p.get("active"):
+            patch["pp"] = [m.get("pp") for m in active_req.get("moves", [])]  # in slot order
+            patch["boosts"] = {k: v for k, v in mon.boosts.items() if v}
+            patch["activeTurns"] = mon._active_turns
+            patch["volatiles"] = volatiles(mon, role, name, proto, battle.gen)
+            if s["item"] in CHOICE_ITEMS:
+                last = last_move(proto, role, name)
+                if last:
+                    patch["volatiles"]["choicelock"] = {"move": last}
+        else:
+            patch["pp"] = [bench_pp(mon, m) for m in moves]
+        patches.append(patch)
+    return {"name": battle.player_username, "team": team, "active": 0, "pokemon": patches,
+            "conditions": side_conditions(battle.side_conditions, role, battle, proto),
+            "teraUsed": bool(battle.used_tera) or not any(p.get("teraType") for p in request["side"]["pokemon"])}
+
+
+def bench_pp(mon, move: str) -> Optional[int]:
+    m = mon.moves.get(move) or mon.moves.get(to_id(move))
+    return None if m is None else m.current_pp
+
+
+def check_ours(built: BuiltState, request: dict, real_choices: list[str]) -> None:
+    """The built state's request agrees with the real one on every field of our side."""
+    mine = built.request["side"]["pokemon"]
+    theirs = request["side"]["pokemon"]
+    if len(mine) != len(theirs):
+        raise Refusal("our_side", f"{len(mine)} Pokémon built, {len(theirs)} in the request")
+    for a, b in zip(mine, theirs):
+        for key in ("ident", "details", "condition", "stats", "moves", "item", "baseAbility", "teraType"):
+            if key in b and a.get(key) != b.get(key):
+                raise Refusal("our_side", f"{b['ident']} {key}: built {a.get(key)!r}, real {b.get(key)!r}")
+    want = (request.get("active") or [{}])[0].get("moves", [])
+    got = (built.request.get("active") or [{}])[0].get("moves", [])
+    for a, b in zip(got, want):
+        if (a.get("pp"), a.get("disabled", False)) != (b.get("pp"), b.get("disabled", False)):
+            raise Refusal("our_side", f"move {b.get('id')}: built {a}, real {b}")
+    if sorted(built.ours) != sorted(real_choices):
+        raise Refusal("our_choices", f"built {built.ours}, real {real_choices}")
+
+
+# -- timers and volatiles, from the protocol --------------------------------------------------
+def sleep_patch(proto: Protocol, side: str, name: str, gen: int) -> dict:
+    start = proto.last(lambda m: m[1] == "-status" and proto.mine(m, side, name) and m[3] == "slp")
+    seen = proto.count(lambda m: m[1] == "cant" and proto.mine(m, side, name) and m[3] == "slp", start)
+    rest = start >= 0 and any("Rest" in p for p in proto.events[start][4:])
+    if rest and gen >= 3:
+        return {"statusState": {"time": max(1, 3 - seen), "startTime": 3}}
+    return {"statusSeen": seen}
+
+
+def toxic_stage(proto: Protocol, side: str, name: str) -> int:
+    start = max(proto.switched_in(side, name),
+                proto.last(lambda m: m[1] == "-status" and proto.mine(m, side, name) and m[3] == "tox"))
+    return proto.count(lambda m: m[1] == "-damage" and proto.mine(m, side, name)
+                       and any(p == "[from] psn" for p in m[4:]), start)
+
+
+def last_move(proto: Protocol, side: str, name: str) -> Optional[str]:
+    """The last move this Pokémon chose since it switched in (not one called by another)."""
+    start = proto.switched_in(side, name)
+    i = proto.last(lambda m: m[1] == "move" and proto.mine(m, side, name)
+                   and not any(p.startswith("[from]") for p in m[4:]))
+    return to_id(proto.events[i][3]) if i > start else None
+
+
+def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
+    """The Showdown volatiles of an active Pokémon from what poke-env tracks; refuses the rest."""
+    since = proto.switched_in(side, name)
+    for m in proto.events[since + 1:]:
+        if m[1] == "-transform" and (proto.mine(m, side, name) or proto.mine(m, side, name, 3)):
+            raise Refusal("transform", name)
+        if m[1] == "-formechange" and proto.mine(m, side, name):
+            raise Refusal("forme_change", f"{name} {m[3]}")
+    if mon.must_recharge:
+        raise Refusal("recharge", name)
+    if mon.preparing:
+        raise Refusal("two_turn_move", name)
+    out: dict = {}
+    for effect in mon.effects:
+        if effect in IGNORED_EFFECTS or effect.ends_on_turn:
+            continue
+        if effect not in VOLATILES:
+            raise Refusal(f"volatile:{effect.name.lower()}", name)
+        vid, fields = VOLATILES[effect]
+        fields = dict(fields)
+        label = effect.name.lower().replace("_", "")
+        start = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name)
+                           and to_id(m[3]).endswith(label.replace("move", "")))
+        if effect == Effect.SUBSTITUTE:
+            hit = proto.count(lambda m: m[1] == "-activate" and proto.mine(m, side, name)
+                              and "substitute" in to_id(m[3]) and "[damage]" in m[4:], start)
+            if hit:
+                raise Refusal("substitute_hp", name)
+        elif effect == Effect.CONFUSION:
+            fields["seen"] = proto.count(lambda m: m[1] == "-activate" and proto.mine(m, side, name)
+                                         and to_id(m[3]) == "confusion", start)
+        elif "seen" in fields:
+            fields["seen"] = proto.turns_since(start) if start >= 0 else 0
+        out[vid] = fields
+    if mon.protect_counter:
+        out["stall"] = {"uses": mon.protect_counter}
+    return out
+
+
+def side_conditions(conditions: dict, side: str, battle, proto: Protocol) -> dict:
+    out = {}
+    for cond, value in conditions.items():
+        cid = to_id(cond.name.replace("_", ""))
+        if cond in (SideCondition.SPIKES, SideCondition.TOXIC_SPIKES):
+            out[cid] = {"layers": value}
+            continue
+        start = proto.last(lambda m: m[1] == "-sidestart" and m[2].startswith(side)
+                           and to_id(m[3]).endswith(cid))
+        fields: dict = {"elapsed": proto.turns_since(start) if start >= 0 else battle.turn - value}
+        src = proto.source_before(start) if start >= 0 else None
+        if src is not None:
+            fields["source"] = list(src[:2])  # resolved to a team index by the caller
+        out[cid] = fields
+    return out
+
+
+def field_state(battle, proto: Protocol) -> dict:
+    f: dict = {"pseudoWeather": {}}
+    for weather in battle.weather:
+        wid = to_id(weather.name)
+        f["weather"] = wid
+        i = proto.last(lambda m: m[1] == "-weather" and to_id(m[2]) == wid and "[upkeep]" not in m[3:])
+        if i >= 0:
+            f["weatherElapsed"] = proto.turns_since(i)
+            f["weatherSource"] = proto.source_before(i)
+    for fld in battle.fields:
+        fid = to_id(fld.name)
+        i = proto.last(lambda m: m[1] == "-fieldstart" and to_id(m[2]).endswith(fid))
+        if fld.is_terrain:
+            f["terrain"] = fid
+            if i >= 0:
+                f["terrainElapsed"] = proto.turns_since(i)
+                f["terrainSource"] = proto.source_before(i)
+        else:
+            f["pseudoWeather"][fid] = {"elapsed": proto.turns_since(i) if i >= 0 else 0}
+    return f
+
+
+# -- the opponent -----------------------------------------------------------------------------
+def known_opponents(battle, proto: Protocol) -> list[dict]:
+    """The revealed facts of each opponent Pokémon seen, in poke-env's order."""
+    out = []
+    role = battle.opponent_role
+    for ident, mon in battle.opponent_team.items():
+        name = ident.split(": ", 1)[1]
+        species = to_id(mon.species)
+        if species in ILLUSION or mon.ability == "illusion":
+            raise Refusal("illusion", f"their {name}")
+        if species == "ditto" or mon.ability == "imposter":
+            raise Refusal("ditto", f"their {name}")
+        item = None if mon.item == UNKNOWN_ITEM else (mon.item or "")
+        k = {"name": name, "species": species, "level": mon.level,
+             "gender": {"MALE": "M", "FEMALE": "F"}.get(mon.gender.name, "") if mon.gender else "",
+             "moves": list(mon.moves), "item": item, "ability": mon.ability or None,
+             "tera": mon.tera_type.name.capitalize() if mon.is_terastallized and mon.tera_type else None}
+        out.append((k, mon, name, role))
+    return out
+
+
+def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dict) -> dict:
+    patch: dict = {}
+    if mon.fainted:
+        return {"hp": 0}
+    patch["hpFraction"] = mon.current_hp_fraction
+    status = mon.status.name.lower() if mon.status else ""
+    patch["status"] = status
+    if status == "slp":
+        patch.update(sleep_patch(proto, role, name, battle.gen))
+    if status == "tox":
+        patch["statusState"] = {"stage": toxic_stage(proto, role, name)}
+    if mon.item == "" or mon.item is None:
+        patch["item"] = ""
+    pp = []
+    for m in set_["moves"]:
+        seen = mon.moves.get(to_id(m))
+        pp.append(seen.current_pp if seen is not None and seen.current_pp < seen.max_pp else None)
+    patch["pp"] = pp
+    if mon.is_terastallized and mon.tera_type:
+        patch["terastallized"] = mon.tera_type.name.capitalize()
+    if mon.active:
+        patch["boosts"] = {k: v for k, v in mon.boosts.items() if v}
+        patch["activeTurns"] = mon._active_turns
+        patch["volatiles"] = volatiles(mon, role, name, proto, battle.gen)
+        last = last_move(proto, role, name)
+        if last in LOCKING_MOVES:
+            i = proto.last(lambda m: m[1] == "move" and proto.mine(m, role, name))
+            if proto.turns_since(i) <= 1:
+                raise Refusal("locked_move", name)
+        if to_id(set_.get("item", "")) in CHOICE_ITEMS and last and "item" not in patch:
+            patch["volatiles"]["choicelock"] = {"move": last}
+    return patch
+
+
+def _index(team: list[dict], side: str, name: str) -> int:
+    for i, s in enumerate(team):
+        if s.get("name") == name:
+            return i
+    raise Refusal("source", f"{side} {name} is not in the team")
+
+
+def _sources(fields_by_id: dict, teams: dict) -> None:
+    for fields in fields_by_id.values():
+        src = fields.get("source")
+        if isinstance(src, list) and len(src) == 2 and isinstance(src[1], str):
+            fields["source"] = [src[0], _index(teams[src[0]], *src)]
+
+
+# -- the whole -------------------------------------------------------------------------------
+def refuse_early(battle, request: Optional[dict]) -> None:
+    """What refuses a decision before any state is drawn."""
+    if isinstance(battle, DoubleBattle):
+        raise Refusal("doubles")
+    if "random" not in (battle.format or battle.battle_tag):
+        raise Refusal("team_format", battle.format or "")
+    if not request or request.get("wait") or request.get("teamPreview"):
+        raise Refusal("no_request")
+    if request.get("forceSwitch"):
+        raise Refusal("forced_switch")
+    active = (request.get("active") or [{}])[0]
+    moves = active.get("moves", [])
+    if len(moves) == 1 and moves[0].get("id") == "recharge":
+        raise Refusal("recharge")
+    if len(moves) == 1 and "maxpp" not in moves[0]:
+        raise Refusal("locked_move")
+
+
+async def sample_states(hub: LeafHub, battle, k: int, seed: int) -> Belief:
+    """``k`` STATE dicts of this decision (our side exact, the opponent's drawn)."""
+    request = battle.last_request
+    refuse_early(battle, request)
+    proto = Protocol(battle)
+    ours = our_side(battle, request, proto)
+    known = known_opponents(battle, proto)
+    fmt = battle.format or battle.battle_tag.split("-")[1]
+    size = battle._team_size.get(battle.opponent_role, 6) if battle._team_size else 6
+    rng = [(seed >> s) & 0xFFFF for s in (0, 16, 32, 48)]
+    teams, relaxed = await hub.sample(fmt, [x[0] for x in known], k, size, rng)
+    role, opp = battle.player_role, battle.opponent_role
+    base_field = field_state(battle, proto)
+    states = []
+    for j, team in enumerate(teams):
+        patches = [opponent_patch(mon, name, opp, proto, battle, team[i])
+                   for i, (_, mon, name, _) in enumerate(known)]
+        active = next((i for i, (_, mon, _, _) in enumerate(known) if mon.active), None)
+        if active is None:
+            raise Refusal("no_opponent_active")
+        theirs = {"name": battle.opponent_username or "opponent", "team": team, "active": active,
+                  "pokemon": patches,
+                  "conditions": side_conditions(battle.opponent_side_conditions, opp, battle, proto),
+                  "teraUsed": bool(battle.opponent_used_tera) or battle.gen != 9}
+        us = {**ours, "conditions": {c: dict(f) for c, f in ours["conditions"].items()}}
+        teams = {role: us["team"], opp: team}
+        _sources(us["conditions"], teams)
+        _sources(theirs["conditions"], teams)
+        fld = {**base_field, "pseudoWeather": {p: dict(f) for p, f in base_field["pseudoWeather"].items()}}
+        for key in ("weatherSource", "terrainSource"):
+            src = fld.get(key)
+            if src:
+                fld[key] = {"side": src[0], "index": _index(teams[src[0]], src[0], src[1]), "by": src[2]}
+            else:
+                fld.pop(key, None)
+        state = {"seed": [(seed * 7919 + j * 104729 + i * 31) & 0xFFFF for i in range(4)],
+                 "turn": battle.turn, role: us, opp: theirs, "field": fld}
+        states.append(state)
+    return Belief(states, relaxed=relaxed)

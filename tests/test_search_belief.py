@@ -1,0 +1,171 @@
+"""search/belief.py: sampled states from the player's view, on real random battles.
+
+A recording player samples states at every decision of a few real gen4 and gen9 random battles
+on the local server and checks each against what Showdown showed it: our side built exactly
+(leafhub.js's request equals the real one, field by field: belief.check_ours), the opponent's
+revealed facts (species, level, moves seen, item, ability, tera, HP, status, boosts) in every
+state. Refusals are by name.
+"""
+
+import asyncio
+import shutil
+
+import pytest
+from poke_env.player import RandomPlayer
+
+from maple_async.pokeenv.players import player_kwargs, run_id
+from maple_async.search import belief
+from maple_async.search.belief import Refusal, check_ours, sample_states, to_id
+from maple_async.search.leaves import LeafHub
+from maple_async.search.searcher import legal_choices
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js"),
+]
+
+K = 3
+
+
+def check_opponent(battle, state) -> None:
+    """Every revealed fact of the opponent's in one sampled state (by field name on failure)."""
+    side = state[battle.opponent_role]
+    by_name = {s["name"]: (i, s) for i, s in enumerate(side["team"])}
+    assert len(side["team"]) == battle._team_size.get(battle.opponent_role, 6)
+    for ident, mon in battle.opponent_team.items():
+        name = ident.split(": ", 1)[1]
+        assert name in by_name, f"species: {name} missing"
+        i, s = by_name[name]
+        patch = side["pokemon"][i]
+        assert to_id(s["species"]) == to_id(mon.species), f"species: {s['species']} vs {mon.species}"
+        assert s["level"] == mon.level, f"level of {name}"
+        moves = {to_id(m) for m in s["moves"]}
+        for m in mon.moves:
+            assert m in moves or (m == "hiddenpower" and any(x.startswith("hiddenpower") for x in moves)), \
+                f"moves: {name}'s {m} not in {moves}"
+        if mon.item not in (belief.UNKNOWN_ITEM, None, ""):
+            assert to_id(s["item"]) == mon.item, f"item of {name}"
+        if mon.item in (None, ""):
+            assert patch.get("item") == "", f"item of {name}: gone, not {patch.get('item')!r}"
+        if mon.ability:
+            assert to_id(s["ability"]) == mon.ability, f"ability of {name}"
+        if mon.is_terastallized:
+            assert s["teraType"].lower() == mon.tera_type.name.lower(), f"tera of {name}"
+        if mon.fainted:
+            assert patch["hp"] == 0, f"hp of fainted {name}"
+            continue
+        assert patch["hpFraction"] == pytest.approx(mon.current_hp_fraction), f"hp of {name}"
+        assert patch["status"] == (mon.status.name.lower() if mon.status else ""), f"status of {name}"
+        if mon.active:
+            assert side["active"] == i, "active"
+            assert patch["boosts"] == {k: v for k, v in mon.boosts.items() if v}, f"boosts of {name}"
+
+
+class Recorder(RandomPlayer):
+    """Plays at random; at every decision samples states, builds them and checks them."""
+
+    def __init__(self, hub, **kw):
+        super().__init__(**kw)
+        self.hub = hub
+        self.checked = 0
+        self.refused = {}
+        self.errors = []
+
+    async def choose_move(self, battle):
+        try:
+            b = await sample_states(self.hub, battle, K, seed=battle.turn * 1000 + self.checked)
+            assert len(b.states) == K
+            for state in b.states:
+                check_opponent(battle, state)
+            decision = f"{battle.battle_tag}:{battle.turn}"
+            built = await self.hub.build(decision, battle.format, b.states, us=battle.player_role)
+            await self.hub.drop(decision)
+            real = legal_choices(battle.last_request)
+            for one in built:
+                try:
+                    check_ours(one, battle.last_request, real)
+                except Refusal as r:
+                    if r.reason != "our_choices":  # a drawn trapping ability may differ by state
+                        raise
+            self.checked += 1
+        except Refusal as r:
+            if r.reason == "our_side":
+                self.errors.append(str(r))
+            self.refused[r.reason] = self.refused.get(r.reason, 0) + 1
+        except Exception as e:  # noqa: BLE001 - reported by the test with the battle's context
+            self.errors.append(f"turn {battle.turn}: {e!r}")
+        return self.choose_random_singles_move(battle)
+
+
+@pytest.mark.parametrize("fmt", ["gen4randombattle", "gen9randombattle"])
+async def test_sampled_states_keep_what_showdown_showed(showdown_url, fmt):
+    async with LeafHub() as hub:
+        tag = run_id()
+        me = Recorder(hub, **player_kwargs(showdown_url, f"blf{tag}a", 1, fmt))
+        them = RandomPlayer(**player_kwargs(showdown_url, f"blf{tag}b", 1, fmt))
+        await asyncio.wait_for(me.battle_against(them, n_battles=3), 600)
+        assert not me.errors, me.errors[:5]
+        assert me.checked >= 20, (me.checked, me.refused)
+        assert set(me.refused) <= {"forced_switch", "locked_move", "recharge", "two_turn_move", "substitute_hp",
+                                   "transform", "illusion", "ditto", "forme_change"} | {
+            r for r in me.refused if r.startswith("volatile:")}, me.refused
+
+
+class FakeBattle:
+    """Just enough of a poke-env battle for refuse_early."""
+
+    def __init__(self, request, fmt="gen4randombattle"):
+        self.last_request = request
+        self.format = fmt
+        self.battle_tag = f"battle-{fmt}-1"
+
+
+def test_refusals_are_named():
+    with pytest.raises(Refusal) as r:
+        belief.refuse_early(FakeBattle({"forceSwitch": [True], "side": {}}), {"forceSwitch": [True]})
+    assert r.value.reason == "forced_switch"
+    with pytest.raises(Refusal) as r:
+        belief.refuse_early(FakeBattle({}, fmt="gen9ou"), {"active": []})
+    assert r.value.reason == "team_format"
+    recharge = {"active": [{"moves": [{"move": "Recharge", "id": "recharge"}]}], "side": {}}
+    with pytest.raises(Refusal) as r:
+        belief.refuse_early(FakeBattle(recharge), recharge)
+    assert r.value.reason == "recharge"
+
+
+class FakeOpponents:
+    """A battle whose opponent showed ``species``: enough for known_opponents."""
+
+    def __init__(self, species):
+        from poke_env.battle import Pokemon
+        self.player_role, self.opponent_role = "p1", "p2"
+        self.opponent_team = {f"p2: {species}": Pokemon(gen=9, species=species)}
+        self._replay_data = []
+
+
+@pytest.mark.parametrize("species,reason", [("zoroark", "illusion"), ("zoruahisui", "illusion"),
+                                            ("ditto", "ditto")])
+def test_an_opponent_that_disguises_or_transforms_is_refused(species, reason):
+    battle = FakeOpponents(species)
+    with pytest.raises(Refusal) as r:
+        belief.known_opponents(battle, belief.Protocol(battle))
+    assert r.value.reason == reason
+
+
+def test_our_zoroark_is_refused():
+    request = {"side": {"pokemon": [{"ident": "p1: Zoroark", "details": "Zoroark, L84, M",
+                                     "condition": "250/250", "active": True, "stats": {}, "moves": [],
+                                     "baseAbility": "illusion", "item": ""}]}}
+    with pytest.raises(Refusal) as r:
+        belief.our_side(FakeOpponents("pikachu"), request, belief.Protocol(FakeOpponents("pikachu")))
+    assert r.value.reason == "illusion"
+
+
+def test_a_transformed_active_is_refused():
+    from poke_env.battle import Pokemon
+    battle = FakeOpponents("mew")
+    battle._replay_data = [["", "switch", "p2a: Mew", "Mew, L80", "100/100"],
+                           ["", "-transform", "p2a: Mew", "p1a: Garchomp"], ["", "turn", "3"]]
+    with pytest.raises(Refusal) as r:
+        belief.volatiles(Pokemon(gen=4, species="mew"), "p2", "Mew", belief.Protocol(battle), 4)
+    assert r.value.reason == "transform"

@@ -1,0 +1,126 @@
+"""search/searcher.py and search/player.py: the network-free ``search`` opponent.
+
+A constructed position the searcher must get right, full battles against poke-env's random
+player (they finish, most decisions are searched), the fallback when the leaf process is killed
+in the middle of a search (the battle finishes, the process is back), and the opponent's
+wiring (held out, doubles refused).
+"""
+
+import asyncio
+import os
+import shutil
+import signal
+
+import pytest
+from poke_env.player import RandomPlayer
+
+from maple_async import opponents
+from maple_async.errors import ConfigError, UserError
+from maple_async.pokeenv.players import close_players, make_baseline, player_kwargs, run_id
+from maple_async.search.leaves import LeafHub
+from maple_async.search.searcher import SearchConfig, Searcher, replies
+
+EVS = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
+
+
+def mon(species, ability, item, moves, level=80):
+    return {"species": species, "name": species, "level": level, "ability": ability, "item": item,
+            "moves": moves, "evs": EVS, "gender": ""}
+
+
+JOLTEON = mon("Jolteon", "Volt Absorb", "Leftovers", ["Shadow Ball", "Substitute", "Thunderbolt", "Baton Pass"])
+BLISSEY = mon("Blissey", "Natural Cure", "Leftovers", ["Soft-Boiled", "Seismic Toss", "Toxic", "Thunder Wave"])
+GYARADOS = mon("Gyarados", "Intimidate", "Leftovers", ["Waterfall", "Earthquake", "Dragon Dance", "Stone Edge"])
+SKARMORY = mon("Skarmory", "Keen Eye", "Leftovers", ["Spikes", "Roost", "Brave Bird", "Whirlwind"])
+
+integration = [pytest.mark.integration,
+               pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")]
+
+
+@pytest.mark.parametrize("rule", ["maxmin", "equilibrium", "expected"])
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_the_searcher_picks_the_ko(rule):
+    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3, 4x) KOs it, nothing else does.
+    state = {"seed": [1, 2, 3, 4], "turn": 5,
+             "p1": {"name": "us", "team": [JOLTEON, BLISSEY], "teraUsed": True},
+             "p2": {"name": "them", "team": [GYARADOS, SKARMORY], "pokemon": [{"hpFraction": 0.6}],
+                    "teraUsed": True}}
+    async with LeafHub() as hub:
+        searcher = Searcher(hub, SearchConfig(states=1, replies=6, seeds=2, rule=rule), seed=3)
+        assert await searcher.search("gen4randombattle", "p1", [state, state]) == "move 3"
+        assert searcher.stats.searched == 1 and searcher.stats.leaves == 2 * 5 * 5 * 2  # states x ours x theirs x seeds
+
+
+def test_replies_put_moves_first():
+    theirs = ["move 1", "move 1 terastallize", "move 2", "switch 2", "move 2 terastallize", "switch 3"]
+    assert replies(theirs, 4) == ["move 1", "move 2", "switch 2", "switch 3"]
+    assert replies(theirs, 10)[4:] == ["move 1 terastallize", "move 2 terastallize"]
+
+
+def test_search_is_held_out_and_singles_only():
+    assert opponents.eval_list("search")[0].is_baseline
+    assert opponents.training_label("search", None) == "held out"
+    with pytest.raises(ConfigError):
+        opponents.parse_opponent_mix("self:0.5,search:0.5")
+    with pytest.raises(UserError, match="singles only"):
+        opponents.search_format("gen9randomdoublesbattle")
+    with pytest.raises(UserError):
+        opponents.teacher_and_opponent("search", "self")
+
+
+async def _play(url, fmt, n, kill_at=None):
+    """``n`` battles of the search opponent against poke-env's random player; with ``kill_at``,
+    the leaf process is killed in the middle of that searched decision's leaves."""
+    tag = run_id()
+    me = make_baseline("search", url, f"sp{tag}a", 1, fmt)
+    them = RandomPlayer(**player_kwargs(url, f"sp{tag}b", 1, fmt))
+    me.search_config = SearchConfig(states=1, replies=4)
+    killed = []
+    if kill_at is not None:
+        hub = me._searcher().hub
+        leaves = hub.leaves
+
+        async def leaves_then_die(decision, specs):
+            if len(killed) == 0 and me.search_stats.searched >= kill_at:
+                killed.append(hub.pid)
+                task = asyncio.ensure_future(leaves(decision, specs))
+                await asyncio.sleep(0)
+                os.kill(hub.pid, signal.SIGKILL)
+                return await task
+            return await leaves(decision, specs)
+
+        hub.leaves = leaves_then_die
+    try:
+        await asyncio.wait_for(me.battle_against(them, n_battles=n), 900)
+        pid = me._searcher().hub.pid
+        alive = me._searcher().hub.alive
+    finally:
+        await close_players(me, them)
+    return me, killed, pid, alive
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+@pytest.mark.parametrize("fmt", ["gen4randombattle", "gen9randombattle"])
+async def test_full_battles_against_random_finish_searched(showdown_url, fmt):
+    me, _, _, _ = await _play(showdown_url, fmt, 2)
+    stats = me.search_stats
+    assert me.n_finished == 2
+    assert stats.searched > 0 and stats.searched >= stats.decisions // 2, stats.line()
+    assert not stats.failed, (stats.failed, stats.examples)
+    assert "our_side" not in stats.refused, stats.examples
+    assert not me.errors.invalid_choices, "a searched choice Showdown refused"
+    assert not me._searcher().hub.alive, "the leaf process outlived close_players"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_leaf_process_killed_mid_search_costs_one_search(showdown_url):
+    me, killed, pid, alive = await _play(showdown_url, "gen4randombattle", 1, kill_at=3)
+    stats = me.search_stats
+    assert killed, "the kill never happened"
+    assert me.n_finished == 1
+    assert stats.failed["hub_died"] == 1, (stats.failed, stats.examples)
+    assert alive and pid != killed[0], "the leaf process was not started again"
+    assert stats.searched > 3, stats.line()
