@@ -240,24 +240,23 @@ function setBySource(battle, kind, id, src, elapsed) {
   return true;
 }
 
+// kind: 'weather' or 'terrain'; set through its source where the patch names one
+function patchWeatherOrTerrain(battle, f, kind) {
+  const field = battle.field;
+  const id = f[kind] ? condition(battle, f[kind], kind) : '';
+  field[kind] = '';
+  field[kind + 'State'] = effectState(battle, '', field, {});
+  if (!id || !setBySource(battle, kind, id, f[kind + 'Source'], f[kind + 'Elapsed'])) {
+    field[kind] = id;
+    const duration = f[kind + 'Duration'];
+    field[kind + 'State'] = effectState(battle, id, field, id && duration !== undefined ? {duration} : {});
+  }
+}
+
 function patchField(battle, f) {
   const field = battle.field;
-  const weather = f.weather ? condition(battle, f.weather, 'weather') : '';
-  field.weather = '';
-  field.weatherState = effectState(battle, '', field, {});
-  if (!weather || !setBySource(battle, 'weather', weather, f.weatherSource, f.weatherElapsed)) {
-    field.weather = weather;
-    field.weatherState = effectState(battle, weather, field,
-      weather && f.weatherDuration !== undefined ? {duration: f.weatherDuration} : {});
-  }
-  const terrain = f.terrain ? condition(battle, f.terrain, 'terrain') : '';
-  field.terrain = '';
-  field.terrainState = effectState(battle, '', field, {});
-  if (!terrain || !setBySource(battle, 'terrain', terrain, f.terrainSource, f.terrainElapsed)) {
-    field.terrain = terrain;
-    field.terrainState = effectState(battle, terrain, field,
-      terrain && f.terrainDuration !== undefined ? {duration: f.terrainDuration} : {});
-  }
+  patchWeatherOrTerrain(battle, f, 'weather');
+  patchWeatherOrTerrain(battle, f, 'terrain');
   field.pseudoWeather = {};
   for (const [id, fields] of Object.entries(f.pseudoWeather || {})) {
     const pid = condition(battle, id, 'field condition');
