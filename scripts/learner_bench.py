@@ -39,6 +39,8 @@ def main() -> None:
     ap.add_argument("--minibatch", type=int, default=16)
     ap.add_argument("--sides", type=int, default=128)
     ap.add_argument("--updates", type=int, default=6)
+    ap.add_argument("--profile", action="store_true",
+                    help="one more update under torch's profiler and flop counter: time by op, FLOP/s")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -56,6 +58,22 @@ def main() -> None:
     steps = [sum(len(s["actions"]) for s in b) for b in batches]
     print(f"CPU s per update: median {sorted(cpu)[len(cpu) // 2]:.2f} "
           f"({', '.join(f'{c:.2f}' for c in cpu)}); real steps per update {steps}")
+    if args.profile:
+        profile(learner, batches[0], sorted(cpu)[len(cpu) // 2])
+
+
+def profile(learner: Learner, batch: list, cpu_s: float) -> None:
+    """Where an update's CPU goes, by op; the flop counter leaves out torch.lstm."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as fc:
+        learner.update(batch)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        learner.update(batch)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40))
+    flops = fc.get_total_flops()
+    print(f"{flops / 1e9:.1f} GFLOP per update without the LSTM: {flops / cpu_s / 1e9:.1f} GFLOP/s at the median CPU time")
 
 
 if __name__ == "__main__":
