@@ -124,8 +124,20 @@ def cmd_eval(args) -> int:
         raise UserError("eval needs --checkpoint PATH or --policy module:attr (one of them)")
     against = opponents.eval_list(args.opponents or args.opponent)
     check_teams(cfg, quiet=args.json == "-", many=True)
+    search = None
+    if args.search:
+        from ..search.searcher import SearchConfig
+        if args.policy:
+            raise UserError("--search needs --checkpoint (its value head scores the leaves), not --policy")
+        for fmt in config_mod.formats(cfg.runner.battle_format):
+            opponents.search_format(fmt)
+        try:
+            search = SearchConfig(prior_weight=args.search_prior)
+        except ValueError as e:
+            raise UserError(f"--search-prior: {e}") from None
     return run_async(evaluate.run_eval(cfg, args.checkpoint or args.policy, against, args.battles,
-                                       greedy=args.greedy, json_path=args.json, replays_dir=args.replays))
+                                       greedy=args.greedy, json_path=args.json, replays_dir=args.replays,
+                                       search=search))
 
 
 def cmd_bench(args) -> int:

@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--greedy", action="store_true",
                     help="argmax actions (default: sample, as in training; greedy recurrent "
                          "policies can fall into deterministic switch loops)")
+    ev.add_argument("--search", action="store_true",
+                    help="the checkpoint searches each decision on Showdown's simulator, its value head "
+                         "scoring the leaves (row agent+search; singles; what search refuses the policy plays)")
+    ev.add_argument("--search-prior", type=float, default=0.5, metavar="W",
+                    help="with --search: weight in [0, 1] of the policy's probabilities mixed into the "
+                         "search's choice (0.5: the search's own pick is never overruled, the prior breaks ties)")
     add_config_flags(ev, skip=("--opponent",))
 
     be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")
