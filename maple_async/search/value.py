@@ -227,7 +227,8 @@ class DecisionValue:
         for i, leaf in enumerate(leaves):
             if leaf.error is not None:
                 continue
-            tracker = copy.deepcopy(self.tracker) if self.tracker is not None else None
+            # a shallow copy: a step rebinds only the copy's _last (its totals are never read here)
+            tracker = copy.copy(self.tracker) if self.tracker is not None else None
             if leaf.ended:
                 values[i] = WIN.get(leaf.winner, 0.0)
                 if tracker is None:
