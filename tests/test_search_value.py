@@ -173,9 +173,20 @@ def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path):
     assert "ms and" in line and "leaves per searched decision" in line
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_play_with_search_prints_its_line(showdown_url):
+    p = run_cli("play", "--config", "config/test.yaml", "--battles", "2", "--search", "--server", showdown_url,
+                "--runner.battle_format", "gen4randombattle", "--runner.opponent", "random",
+                "--runner.concurrency", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[play] agent+search: searched"))
+    assert float(line.split("searched ")[1].split("%")[0]) > 0, line
+
+
 def test_search_flags_are_refused_in_one_line(tmp_path):
     e = run_cli("eval", "--policy", "x:y", "--search")
-    assert e.returncode == 2 and "--search needs --checkpoint" in e.stderr
+    assert e.returncode == 2 and "--search needs our own network" in e.stderr
     e = run_cli("eval", "--checkpoint", "nowhere.pt", "--search", "--search-prior", "1.5",
                 "--runner.battle_format", "gen4randombattle", "--config", "config/test.yaml")
     assert e.returncode == 2 and "--search-prior" in e.stderr, e.stderr[-2000:]
