@@ -69,7 +69,8 @@ def cmd_play(args) -> int:
     print_config(cfg)
     check_teams(cfg)
     replays = _replay_writer(args)
-    code = run_async(run_play(cfg, args.battles, replays, args.policy))
+    search = _search_config(args, cfg)
+    code = run_async(run_play(cfg, args.battles, replays, args.policy, search=search))
     if replays is not None:
         print(f"[play] {replays.written} replays in {replays.folder}")
     return code
@@ -115,6 +116,21 @@ def eval_config(args) -> config_mod.Config:
     return cfg
 
 
+def _search_config(args, cfg):
+    """``--search`` and ``--search-prior``: a SearchConfig, or None without ``--search``."""
+    if not args.search:
+        return None
+    from ..search.searcher import SearchConfig
+    if args.policy:
+        raise UserError("--search needs our own network (its value head scores the leaves), not --policy")
+    for fmt in config_mod.formats(cfg.runner.battle_format):
+        opponents.search_format(fmt)
+    try:
+        return SearchConfig(prior_weight=args.search_prior)
+    except ValueError as e:
+        raise UserError(f"--search-prior: {e}") from None
+
+
 def cmd_eval(args) -> int:
     from ..tools import evaluate
     cfg = eval_config(args)
@@ -124,8 +140,10 @@ def cmd_eval(args) -> int:
         raise UserError("eval needs --checkpoint PATH or --policy module:attr (one of them)")
     against = opponents.eval_list(args.opponents or args.opponent)
     check_teams(cfg, quiet=args.json == "-", many=True)
+    search = _search_config(args, cfg)
     return run_async(evaluate.run_eval(cfg, args.checkpoint or args.policy, against, args.battles,
-                                       greedy=args.greedy, json_path=args.json, replays_dir=args.replays))
+                                       greedy=args.greedy, json_path=args.json, replays_dir=args.replays,
+                                       search=search))
 
 
 def cmd_bench(args) -> int:

@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "fresh network")
     pl.add_argument("--replays", default=None, metavar="DIR",
                     help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
+    pl.add_argument("--search", action="store_true",
+                    help="the network searches each decision on Showdown's simulator, its value head scoring "
+                         "the leaves (singles; what search refuses the network plays)")
+    pl.add_argument("--search-prior", type=float, default=0.5, metavar="W",
+                    help="with --search: weight in [0, 1] of the network's probabilities in the search's choice")
     add_config_flags(pl)
 
     tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
@@ -136,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--greedy", action="store_true",
                     help="argmax actions (default: sample, as in training; greedy recurrent "
                          "policies can fall into deterministic switch loops)")
+    ev.add_argument("--search", action="store_true",
+                    help="the checkpoint searches each decision on Showdown's simulator, its value head "
+                         "scoring the leaves (row agent+search; singles; what search refuses the policy plays)")
+    ev.add_argument("--search-prior", type=float, default=0.5, metavar="W",
+                    help="with --search: weight in [0, 1] of the policy's probabilities mixed into the "
+                         "search's choice (0.5: the search's own pick is never overruled, the prior breaks ties)")
     add_config_flags(ev, skip=("--opponent",))
 
     be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")

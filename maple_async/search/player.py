@@ -10,18 +10,13 @@ next decision.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Optional
 
 from poke_env.player import SimpleHeuristicsPlayer
 from poke_env.player.battle_order import BattleOrder
 
-from .belief import Refusal
-from .leaves import LeafHub, LeafHubDied, LeafHubError
+from .leaves import LeafHub
 from .searcher import SearchConfig, Searcher
-
-log = logging.getLogger("maple_async.search")
 
 
 class ChoiceOrder(BattleOrder):
@@ -45,7 +40,6 @@ class SearchPlayer(SimpleHeuristicsPlayer):
         s = self.__dict__.get("_maple_searcher")
         if s is None:
             s = self.__dict__["_maple_searcher"] = Searcher(LeafHub(), self.search_config, self.search_seed)
-            self.__dict__["_maple_hub_lock"] = asyncio.Lock()
         return s
 
     @property
@@ -53,30 +47,9 @@ class SearchPlayer(SimpleHeuristicsPlayer):
         return self._searcher().stats
 
     async def choose_move(self, battle):
-        searcher = self._searcher()
-        stats = searcher.stats
-        stats.decisions += 1
-        try:
-            if not searcher.hub.alive:
-                async with self.__dict__["_maple_hub_lock"]:
-                    if not searcher.hub.alive:
-                        await searcher.hub.start()
-            return ChoiceOrder(await searcher.choose(battle))
-        except Refusal as r:
-            stats.refused[r.reason] += 1
-            stats.examples[r.reason] = str(r)
-        except LeafHubDied as e:
-            stats.failed["hub_died"] += 1
-            stats.examples["hub_died"] = str(e)
-            log.warning("search: the leaf process died (%s); the heuristics play this decision", e)
-        except LeafHubError as e:
-            stats.failed["hub_refused"] += 1
-            stats.examples["hub_refused"] = str(e)
-            log.debug("search: %s", e)
-        except Exception as e:  # a searcher bug costs one decision's search, not the battle
-            stats.failed[type(e).__name__] += 1
-            stats.examples[type(e).__name__] = f"{e!r}"
-            log.warning("search failed (%s: %s); the heuristics play this decision", type(e).__name__, e)
+        choice = await self._searcher().try_choose(battle)
+        if choice is not None:
+            return ChoiceOrder(choice)
         return SimpleHeuristicsPlayer.choose_move(self, battle)
 
     async def close_search(self) -> None:

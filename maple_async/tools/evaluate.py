@@ -6,7 +6,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..collect.agent import Agent
 from ..collect.match import Match
@@ -50,17 +50,20 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
                    opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
-                   teams: Optional[Teams] = None, replays=None, device=None) -> EvalResult:
+                   teams: Optional[Teams] = None, replays=None, device=None,
+                   make_agent: Callable[..., Agent] = Agent) -> EvalResult:
     """Play ``n_battles`` against ``opponent``: a baseline's name, a checkpoint file (loaded
     on ``device``, default the policy's, as greedy as it) or another policy
     (:func:`opponent_side`), called ``opponent_label`` in the results.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
-    ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter."""
+    ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter.
+    ``make_agent``: builds the player's agent (a :class:`~maple_async.search.agent.SearchAgent`
+    searches; its leaf process is closed here)."""
     label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     if isinstance(opponent, str):
         opponent = opponent_side(played(opponent), policy.device if device is None else device,
                                  policy.greedy, battle_format)
-    agent = Agent(policy, batcher_cfg, name="eval")
+    agent = make_agent(policy, batcher_cfg, name="eval")
     other = opponent if isinstance(opponent, str) else Agent(opponent, batcher_cfg, name="eval-opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
@@ -69,8 +72,10 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
         seconds = await until_failed(match.play(n_battles), [policy, getattr(other, "policy", None)])
     finally:
         await match.close(close_batchers=True)
+        if hasattr(agent, "close_search"):
+            await agent.close_search()
     r = match.results
-    search = getattr(match.opponent, "search_stats", None)
+    search = getattr(match.opponent, "search_stats", None) or getattr(agent, "search_stats", None)
     return EvalResult(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds,
                       note=search.line() if search is not None else "")
 
@@ -209,14 +214,15 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
 
 
 async def evaluate_config(cfg, policy, url: str, opponent, n_battles: int, concurrency: int,
-                          label: Optional[str] = None, replays=None) -> EvalResult:
+                          label: Optional[str] = None, replays=None,
+                          make_agent: Callable[..., Agent] = Agent) -> EvalResult:
     """:func:`evaluate` with the config's batcher, format, teams and battle options."""
     from ..pokeenv.players import fast_kwargs
     from ..teams import for_config
     return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
                           battle_format=cfg.runner.battle_format, opponent_label=label,
                           battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
-                          teams=for_config(cfg), replays=replays)
+                          teams=for_config(cfg), replays=replays, make_agent=make_agent)
 
 
 def checkpoint_format(cfg, checkpoint: str, keep_teams: bool = False, quiet: bool = False):
@@ -233,11 +239,24 @@ def checkpoint_format(cfg, checkpoint: str, keep_teams: bool = False, quiet: boo
     return cfg
 
 
+def searching(search, ckpt_cfg) -> Callable[..., Agent]:
+    """A factory of the searching agent for a checkpoint (its leaves scored as its value head
+    was trained: its ``reward`` section and ``ppo.gamma``)."""
+    import functools
+    from ..search.agent import SearchAgent
+    return functools.partial(SearchAgent, search_config=search,
+                             value_reward=ckpt_cfg.reward if ckpt_cfg is not None else None,
+                             value_gamma=ckpt_cfg.ppo.gamma if ckpt_cfg is not None else 0.99)
+
+
 async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, *, greedy: bool = False,
-                   json_path: Optional[str] = None, replays_dir: Optional[str] = None) -> int:
+                   json_path: Optional[str] = None, replays_dir: Optional[str] = None,
+                   search=None) -> int:
     """``player`` (a checkpoint or an outside policy) and every checkpoint among ``opponents``
     against every baseline and every later checkpoint, in every format of the config: a row
-    printed as each finishes, then the ratings (``json_path`` ``-``: only the JSON, on stdout)."""
+    printed as each finishes, then the ratings (``json_path`` ``-``: only the JSON, on stdout).
+    ``search``: a :class:`~maple_async.search.searcher.SearchConfig`: ``player`` searches its
+    decisions with its own value head (its rows are ``agent+search``)."""
     from ..inference.outside import policy_for
     from ..pokeenv.replays import ReplayWriter
     from ..run.process import setup_process
@@ -249,6 +268,9 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
     short = {c: Path(c).name for c in checkpoints}
     if len(set(short.values())) < len(short):
         short = {c: c for c in checkpoints}
+    if search is not None:
+        from ..search.agent import NAME
+        short[player] = NAME
     loaded = {c: policy_for(c, device, greedy=greedy, battle_format=cfg.runner.battle_format)
               for c in checkpoints}
     table = EvalTable()
@@ -262,9 +284,10 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
             for i, c in enumerate(checkpoints):
                 policy, ckpt_cfg = loaded[c]
                 later = [(o, as_greedy(loaded[o][0], policy.greedy)) for o in checkpoints[i + 1:]]
+                make_agent = searching(search, ckpt_cfg) if search is not None and c == player else Agent
                 for o, side in [(o.spec, o.spec) for o in baselines] + later:
                     res = await evaluate_config(one, policy, server.url, side, n_battles, cfg.runner.concurrency,
-                                                label=short.get(o, o), replays=replays)
+                                                label=short.get(o, o), replays=replays, make_agent=make_agent)
                     label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
                     tag = "" if len(names) == 1 else f" [{fmt}]"  # each format's players apart
                     res.opponent += tag if not isinstance(side, str) else ""  # baselines keep one name

@@ -20,7 +20,10 @@ async def progress(label: str, get_done, total: int, period: float = 5.0) -> Non
         print(f"[{label}] {done}/{total} battles  {done / dt:.2f} battles/s", flush=True)
 
 
-async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = None) -> int:
+async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = None,
+                   search=None) -> int:
+    """``search``: a :class:`~maple_async.search.searcher.SearchConfig`: the network searches
+    its decisions (:class:`~maple_async.search.agent.SearchAgent`)."""
     from ..collect.agent import Agent
     from ..collect.match import play
     from ..inference.outside import OutsidePolicy, until_failed
@@ -35,7 +38,12 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
         policy = OutsidePolicy(policy_spec)
     else:
         policy = InferencePolicy(nets.for_config(cfg), device)
-    agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
+    if search is not None:
+        from ..search.agent import SearchAgent
+        agent = SearchAgent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False, search_config=search,
+                            value_reward=cfg.reward, value_gamma=cfg.ppo.gamma)
+    else:
+        agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
     async with showdown_for(cfg.server, runner=cfg.runner) as server:
         sides = 2 if cfg.runner.opponent == "self" else 1
         prog = asyncio.get_running_loop().create_task(
@@ -50,6 +58,8 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
         finally:
             prog.cancel()
             await agent.batcher.close()
+            if search is not None:
+                await agent.close_search()
     print(f"[play] {res.battles} battles in {res.seconds:.1f}s: {res.battles_per_s:.2f} battles/s, "
           f"{res.decisions_per_s:.0f} decisions/s, mean batch {res.mean_batch_size:.1f}, "
           f"win rate {res.wins / max(res.battles, 1):.3f} ({res.wins}W/{res.losses}L/{res.ties}T) "
@@ -63,4 +73,6 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
              if res.opponent_invalid_choices is not None else ""))
     if res.opponent_search:
         print(f"[play] search: {res.opponent_search}")
+    if search is not None:
+        print(f"[play] agent+search: {agent.search_stats.line()}")
     return 0

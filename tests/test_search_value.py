@@ -1,0 +1,255 @@
+"""search/value.py and the agent's search (issue 62, items 3 and 5).
+
+* A leaf's value is the agent's own: in a real battle on the test server, each decision's root
+  (a copy of the battle as the agent saw it, and the hidden state before its forward) given the
+  protocol the player then received up to its next decision gives exactly the observation, the
+  hidden state and the value the agent computed at that next decision. The same lines from the
+  wrong hidden state give another value (the check can tell).
+* ``eval --search`` of a fresh checkpoint against random finishes, searches decisions and
+  prints the searched/refused line; a leaf process killed mid-search costs that decision's
+  search (the policy plays it) and is started again.
+* Policy actions map to the request's choice strings (the prior).
+"""
+
+import asyncio
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from maple_async import config as C
+from maple_async.collect.agent import Agent
+from maple_async.collect.match import Match
+from maple_async.inference.policy import InferencePolicy
+from maple_async.learn import networks as nets
+from maple_async.obs import actions as act
+from maple_async.search.leaves import Leaf
+from maple_async.search.value import DecisionValue, action_choice, snapshot
+
+integration = [pytest.mark.integration,
+               pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")]
+
+
+def fresh_policy(hidden=32, seed=0):
+    import torch
+    torch.manual_seed(seed)
+    cfg = C.load(None, {"network.hidden_size": hidden, "runner.battle_format": "gen4randombattle"})
+    return InferencePolicy(nets.from_config(cfg.network), "cpu"), cfg
+
+
+class RecordingAgent(Agent):
+    """Records each decision: the battle as the agent saw it (pickled), the hidden state before
+    and after its forward, its observation and value; ``events`` interleaves them with the
+    battle messages the player received."""
+
+    def __init__(self, *a, events, **kw):
+        super().__init__(*a, **kw)
+        self.events = events
+
+    async def _decide(self, key, live, obs, mask):
+        record = {"battle": snapshot(live.battle), "obs": obs.copy(),
+                  "h_before": np.array(live.hidden_before, copy=True),
+                  "rqid": (live.battle.last_request or {}).get("rqid")}
+        decision = await super()._decide(key, live, obs, mask)
+        record.update(value=decision.value, h_after=np.array(self.hidden.get(key), copy=True))
+        self.events.append(("decision", record))
+        return decision
+
+
+async def _recorded_battle(url, policy):
+    from maple_async.config import BatcherConfig
+    events = []
+    agent = RecordingAgent(policy, BatcherConfig(), name="rec", events=events)
+    match = Match(url, agent, "random", concurrency=1, battle_format="gen4randombattle")
+    client = match.me.ps_client
+    handle = client._on_battle_message  # (poke-env's client holds the player's handler)
+
+    async def recorded(split_messages):
+        events.append(("lines", ["|".join(m) for m in split_messages[1:]]))
+        await handle(split_messages)
+
+    client._on_battle_message = recorded
+    try:
+        await asyncio.wait_for(match.play(1), 240)
+    finally:
+        await match.close(close_batchers=True)
+    return events
+
+
+def _pairs(events):
+    """(decision t, the lines received after it up to decision t+1, decision t+1)."""
+    out, last, lines = [], None, []
+    for kind, x in events:
+        if kind == "lines":
+            lines += x
+        else:
+            if last is not None and x["rqid"] != last["rqid"]:
+                out.append((last, "\n".join(lines), x))
+            last, lines = x, []
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_leaf_is_valued_as_the_agent_values_the_same_state(showdown_url):
+    policy, cfg = fresh_policy()
+    pairs = _pairs(await _recorded_battle(showdown_url, policy))
+    assert len(pairs) >= 5, "too short a battle to compare"
+    told_apart = 0
+    for root, lines, nxt in pairs:
+        battle = pickle.loads(root["battle"])
+        dv = DecisionValue(policy, battle, root["h_before"])
+        # the root step is the agent's: same observation, same hidden state after it
+        np.testing.assert_allclose(dv.root.obs, root["obs"], atol=1e-6)
+        np.testing.assert_allclose(dv.root.h_after, root["h_after"], atol=1e-5)
+        leaf = Leaf(lines=lines, request=None)  # the lines carry the next |request|
+        np.testing.assert_allclose(dv.encode(leaf), nxt["obs"], atol=1e-6)
+        got = dv([leaf])
+        assert got.values[0] == pytest.approx(nxt["value"], abs=1e-5)
+        assert got.scores[0] == pytest.approx(nxt["value"], abs=1e-5)  # no reward config: the raw value
+        wrong = DecisionValue(policy, pickle.loads(root["battle"]), None)  # h_{t-1} ignored: zeros
+        wrong.root.h_after = np.asarray(root["h_before"], np.float32)  # the leaf fed h_{t-1}
+        told_apart += abs(wrong([leaf]).values[0] - nxt["value"]) > 1e-4
+        assert pickle.loads(root["battle"]).turn == battle.turn, "the real (pickled) battle moved"
+    assert told_apart >= len(pairs) // 2, "the wrong hidden state gives the same values: the check is blind"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_shaped_scores_add_the_turns_reward(showdown_url):
+    policy, cfg = fresh_policy(seed=1)
+    pairs = _pairs(await _recorded_battle(showdown_url, policy))
+    reward = C.RewardConfig(win=1.0, hp=0.1, faint=0.05)
+    from maple_async.obs.rewards import RewardTracker
+    moved = 0
+    for root, lines, nxt in pairs:
+        dv = DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"], reward, gamma=0.9)
+        got = dv([Leaf(lines=lines, request=None)])
+        t = RewardTracker(reward, 0.9)
+        t.step(pickle.loads(root["battle"]))
+        r = t.step(dv.leaf_battle(Leaf(lines=lines)))
+        assert got.scores[0] == pytest.approx(r + 0.9 * nxt["value"], abs=1e-5)
+        moved += abs(r) > 1e-6
+    assert moved, "no turn changed HP: the reward term was never tested"
+
+
+def test_ended_leaves_score_the_outcome():
+    policy, _ = fresh_policy()
+    dv = DecisionValue.__new__(DecisionValue)  # no root needed: an ended leaf is not forwarded
+    dv.policy, dv.tracker, dv.gamma = policy, None, 0.99
+    got = dv([Leaf(ended=True, winner="us"), Leaf(ended=True, winner="them"), Leaf(ended=True, winner="tie"),
+              Leaf(error="refused")])
+    assert list(got.values[:3]) == [1.0, -1.0, 0.0] and np.isnan(got.values[3])
+
+
+def run_cli(*args, timeout=600):
+    return subprocess.run(["nice", "-n", "19", sys.executable, "-m", "maple_async.cli", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _checkpoint(tmp_path):
+    from maple_async.run.loop import LearningLoop
+    cfg = C.load(None, {"runner.battle_format": "gen4randombattle", "network.hidden_size": 32,
+                        "train.run_dir": str(tmp_path / "run"), "train.tensorboard": False})
+    return str(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).save_checkpoint())
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path):
+    path = _checkpoint(tmp_path)
+    e = run_cli("eval", "--checkpoint", path, "--opponent", "random", "--battles", "2", "--search",
+                "--server", showdown_url, "--concurrency", "2")
+    assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
+    assert "[eval] agent+search vs random (held out): win rate" in e.stdout and "over 2 battles" in e.stdout
+    line = next(x for x in e.stdout.splitlines() if x.startswith("[eval] random: searched"))
+    share = float(line.split("searched ")[1].split("%")[0])
+    assert share > 0, line
+    assert "ms and" in line and "leaves per searched decision" in line
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_play_with_search_prints_its_line(showdown_url):
+    p = run_cli("play", "--config", "config/test.yaml", "--battles", "2", "--search", "--server", showdown_url,
+                "--runner.battle_format", "gen4randombattle", "--runner.opponent", "random",
+                "--runner.concurrency", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[play] agent+search: searched"))
+    assert float(line.split("searched ")[1].split("%")[0]) > 0, line
+
+
+def test_search_flags_are_refused_in_one_line(tmp_path):
+    e = run_cli("eval", "--policy", "x:y", "--search")
+    assert e.returncode == 2 and "--search needs our own network" in e.stderr
+    e = run_cli("eval", "--checkpoint", "nowhere.pt", "--search", "--search-prior", "1.5",
+                "--runner.battle_format", "gen4randombattle", "--config", "config/test.yaml")
+    assert e.returncode == 2 and "--search-prior" in e.stderr, e.stderr[-2000:]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_killed_leaf_process_costs_one_search_and_the_policy_plays(showdown_url):
+    from maple_async.config import BatcherConfig
+    from maple_async.search.agent import SearchAgent
+    from maple_async.search.searcher import SearchConfig
+    policy, cfg = fresh_policy()
+    agent = SearchAgent(policy, BatcherConfig(), name="sa", search_config=SearchConfig(states=1, replies=4),
+                        value_reward=cfg.reward, value_gamma=cfg.ppo.gamma)
+    hub = agent.searcher.hub
+    leaves, killed = hub.leaves, []
+
+    async def leaves_then_die(decision, specs):
+        if not killed and agent.search_stats.searched >= 2:
+            killed.append(hub.pid)
+            task = asyncio.ensure_future(leaves(decision, specs))
+            await asyncio.sleep(0)
+            os.kill(hub.pid, signal.SIGKILL)
+            return await task
+        return await leaves(decision, specs)
+
+    hub.leaves = leaves_then_die
+    match = Match(showdown_url, agent, "random", concurrency=1, battle_format="gen4randombattle")
+    try:
+        await asyncio.wait_for(match.play(1), 600)
+        alive, pid = hub.alive, hub.pid
+    finally:
+        await match.close(close_batchers=True)
+        await agent.close_search()
+    stats = agent.search_stats
+    assert killed, "the kill never happened"
+    assert match.results["won"] + match.results["lost"] + match.results["tied"] == 1
+    assert stats.failed["hub_died"] == 1, (stats.failed, stats.examples)
+    assert alive and pid != killed[0], "the leaf process was not started again"
+    assert stats.searched > 2, stats.line()
+    assert agent.stats.invalid_choices == 0, "a searched choice Showdown refused"
+    assert not hub.alive
+
+
+def test_policy_actions_name_the_requests_choices():
+    from poke_env.battle import Battle
+    import logging
+    b = Battle("battle-gen4randombattle-1", "us", logging.getLogger("t"), gen=4)
+    b._player_role = "p1"
+    request = {"active": [{"moves": [{"move": "Thunderbolt", "id": "thunderbolt", "pp": 24, "maxpp": 24},
+                                     {"move": "Hidden Power Ice 70", "id": "hiddenpower", "pp": 24, "maxpp": 24},
+                                     {"move": "Shadow Ball", "id": "shadowball", "pp": 24, "maxpp": 24}]}],
+               "side": {"name": "us", "id": "p1", "pokemon": [
+                   {"ident": "p1: Jolteon", "details": "Jolteon, L80, M", "condition": "250/250", "active": True,
+                    "stats": {"atk": 150, "def": 150, "spa": 200, "spd": 200, "spe": 250},
+                    "moves": ["thunderbolt", "hiddenpowerice70", "shadowball"], "baseAbility": "voltabsorb",
+                    "item": "leftovers", "pokeball": "pokeball"},
+                   {"ident": "p1: Blissey", "details": "Blissey, L80, F", "condition": "500/500", "active": False,
+                    "stats": {"atk": 50, "def": 50, "spa": 150, "spd": 250, "spe": 100},
+                    "moves": ["softboiled"], "baseAbility": "naturalcure", "item": "leftovers",
+                    "pokeball": "pokeball"}]},
+               "rqid": 3}
+    b.parse_request(request)
+    mask = act.action_mask(b)
+    named = {a: action_choice(b, int(a)) for a in np.flatnonzero(mask)}
+    assert named == {1: "switch 2", 6: "move 1", 7: "move 2", 8: "move 3"}, named
