@@ -107,7 +107,9 @@ async def test_full_battles_against_random_finish_searched(showdown_url, fmt):
     me, _, _, _ = await _play(showdown_url, fmt, 2)
     stats = me.search_stats
     assert me.n_finished == 2
-    assert stats.searched > 0 and stats.searched >= stats.decisions // 2, stats.line()
+    # every decision searched or refused by a named reason (the share refused depends on the
+    # random teams drawn: Zoroark or Ditto refuse a whole battle; it is a benchmark figure)
+    assert stats.searched > 0 and stats.searched + sum(stats.refused.values()) == stats.decisions, stats.line()
     assert not stats.failed, (stats.failed, stats.examples)
     assert "our_side" not in stats.refused, stats.examples
     assert not me.errors.invalid_choices, "a searched choice Showdown refused"
