@@ -18,6 +18,7 @@ from maple_async import opponents
 from maple_async.errors import ConfigError, UserError
 from maple_async.pokeenv.players import close_players, make_baseline, player_kwargs, run_id
 from maple_async.search.leaves import LeafHub
+from maple_async.search.player import baseline_class
 from maple_async.search.searcher import SearchConfig, Searcher, replies
 
 EVS = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
@@ -65,6 +66,10 @@ def test_search_is_held_out_and_singles_only():
         opponents.parse_opponent_mix("self:0.5,search:0.5")
     with pytest.raises(UserError, match="singles only"):
         opponents.search_format("gen9randomdoublesbattle")
+    with pytest.raises(UserError, match="singles only"):
+        baseline_class("gen9randomdoublesbattle")
+    with pytest.raises(ValueError, match="unknown baseline"):  # poke-env's players know no search
+        make_baseline("search", "ws://x", "sp", 1, "gen4randombattle")
     with pytest.raises(UserError):
         opponents.teacher_and_opponent("search", "self")
 
@@ -73,7 +78,7 @@ async def _play(url, fmt, n, kill_at=None):
     """``n`` battles of the search opponent against poke-env's random player; with ``kill_at``,
     the leaf process is killed in the middle of that searched decision's leaves."""
     tag = run_id()
-    me = make_baseline("search", url, f"sp{tag}a", 1, fmt)
+    me = make_baseline("search", url, f"sp{tag}a", 1, fmt, base=baseline_class(fmt))
     them = RandomPlayer(**player_kwargs(url, f"sp{tag}b", 1, fmt))
     me.search_config = SearchConfig(states=1, replies=4)
     killed = []

@@ -196,7 +196,7 @@ def test_search_flags_are_refused_in_one_line(tmp_path):
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 async def test_a_killed_leaf_process_costs_one_search_and_the_policy_plays(showdown_url):
     from maple_async.config import BatcherConfig
-    from maple_async.search.agent import SearchAgent
+    from maple_async.collect.search_agent import SearchAgent
     from maple_async.search.searcher import SearchConfig
     policy, cfg = fresh_policy()
     agent = SearchAgent(policy, BatcherConfig(), name="sa", search_config=SearchConfig(states=1, replies=4),

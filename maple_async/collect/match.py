@@ -17,8 +17,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from ..opponents import SEARCH_NAMES
 from ..pokeenv.players import (PolicyPlayer, close_players, forfeit_unfinished, make_baseline,
                                make_teacher, player_kwargs, run_id)
+from ..search import player as search_player
 from ..teams import Teams
 from .agent import Agent
 
@@ -75,7 +77,8 @@ class Match:
             elif isinstance(side, Teacher):
                 p = make_teacher(side.name, side.agent, label, url, name, concurrency, battle_format, team)
             else:
-                p = make_baseline(side, url, name, concurrency, battle_format, team, sheets)
+                base = search_player.baseline_class(battle_format) if side in SEARCH_NAMES else None
+                p = make_baseline(side, url, name, concurrency, battle_format, team, sheets, base=base)
             if self.sims is not None:
                 self.sims.attach(p)
             return p

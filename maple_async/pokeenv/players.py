@@ -12,7 +12,6 @@ from typing import Any, Awaitable, Optional, Protocol
 from poke_env.player import MaxBasePowerPlayer, Player, RandomPlayer, SimpleHeuristicsPlayer
 from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 
-from ..opponents import SEARCH_NAMES, search_format
 from .coalesce import coalesce_sends, fair_receive
 from .fastbattle import FastBattles
 
@@ -259,13 +258,7 @@ def quiet_logger(player: Player) -> None:
         client._active_tasks = _ReapingTaskSet(client._active_tasks)
 
 
-def _baseline_class(name: str, battle_format: str) -> type:
-    if name in SEARCH_NAMES:  # its own package's player, with our faster battle state
-        from ..search.player import SearchPlayer
-        search_format(battle_format)
-        base = type("SearchBaseline", (FastBattles, SearchPlayer), {"track_changes": False})
-    else:
-        base = BASELINES[name]
+def _baseline_class(base: type) -> type:
     return type(f"Forgetful{base.__name__}", (ForgetfulBaseline, base), {})
 
 
@@ -305,10 +298,13 @@ def player_kwargs(server_url: str, name: str, concurrency: int, battle_format: s
 
 
 def make_baseline(name: str, server_url: str, account: str, concurrency: int,
-                  battle_format: str, team=None, open_team_sheets: bool = False) -> Player:
-    if name not in BASELINES and name not in SEARCH_NAMES:
-        raise ValueError(f"unknown baseline '{name}' (known: {', '.join((*BASELINES, *SEARCH_NAMES))})")
-    player = _baseline_class(name, battle_format)(**player_kwargs(server_url, account, concurrency, battle_format, team,
+                  battle_format: str, team=None, open_team_sheets: bool = False,
+                  base: Optional[type] = None) -> Player:
+    """poke-env's baseline ``name``, or ``base``: a player class of the caller's (the search
+    opponent's), played and counted the same way."""
+    if base is None and name not in BASELINES:
+        raise ValueError(f"unknown baseline '{name}' (known: {', '.join(BASELINES)})")
+    player = _baseline_class(base or BASELINES[name])(**player_kwargs(server_url, account, concurrency, battle_format, team,
                                                    open_team_sheets=open_team_sheets))
     quiet_logger(player)
     player.errors = ServerErrors()  # a baseline's invalid choices are counted like the agent's

@@ -15,6 +15,8 @@ from typing import Optional
 from poke_env.player import SimpleHeuristicsPlayer
 from poke_env.player.battle_order import BattleOrder
 
+from ..opponents import search_format
+from ..pokeenv.fastbattle import FastBattles
 from .leaves import LeafHub
 from .searcher import SearchConfig, Searcher
 
@@ -56,3 +58,15 @@ class SearchPlayer(SimpleHeuristicsPlayer):
         s = self.__dict__.get("_maple_searcher")
         if s is not None:
             await s.hub.close()
+
+
+class SearchBaseline(FastBattles, SearchPlayer):
+    """The ``search`` opponent of eval and play: SearchPlayer on our faster battle state."""
+
+    track_changes = False
+
+
+def baseline_class(battle_format: str) -> type:
+    """The ``search`` opponent's player class; a doubles format is refused in one line."""
+    search_format(battle_format)
+    return SearchBaseline

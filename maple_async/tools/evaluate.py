@@ -57,7 +57,7 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
     (:func:`opponent_side`), called ``opponent_label`` in the results.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
     ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter.
-    ``make_agent``: builds the player's agent (a :class:`~maple_async.search.agent.SearchAgent`
+    ``make_agent``: builds the player's agent (a :class:`~maple_async.collect.search_agent.SearchAgent`
     searches; its leaf process is closed here)."""
     label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     if isinstance(opponent, str):
@@ -243,7 +243,7 @@ def searching(search, ckpt_cfg) -> Callable[..., Agent]:
     """A factory of the searching agent for a checkpoint (its leaves scored as its value head
     was trained: its ``reward`` section and ``ppo.gamma``)."""
     import functools
-    from ..search.agent import SearchAgent
+    from ..collect.search_agent import SearchAgent
     return functools.partial(SearchAgent, search_config=search,
                              value_reward=ckpt_cfg.reward if ckpt_cfg is not None else None,
                              value_gamma=ckpt_cfg.ppo.gamma if ckpt_cfg is not None else 0.99)
@@ -269,7 +269,7 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
     if len(set(short.values())) < len(short):
         short = {c: c for c in checkpoints}
     if search is not None:
-        from ..search.agent import NAME
+        from ..collect.search_agent import NAME
         short[player] = NAME
     loaded = {c: policy_for(c, device, greedy=greedy, battle_format=cfg.runner.battle_format)
               for c in checkpoints}

@@ -23,7 +23,7 @@ async def progress(label: str, get_done, total: int, period: float = 5.0) -> Non
 async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = None,
                    search=None) -> int:
     """``search``: a :class:`~maple_async.search.searcher.SearchConfig`: the network searches
-    its decisions (:class:`~maple_async.search.agent.SearchAgent`)."""
+    its decisions (:class:`~maple_async.collect.search_agent.SearchAgent`)."""
     from ..collect.agent import Agent
     from ..collect.match import play
     from ..inference.outside import OutsidePolicy, until_failed
@@ -39,7 +39,7 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
     else:
         policy = InferencePolicy(nets.for_config(cfg), device)
     if search is not None:
-        from ..search.agent import SearchAgent
+        from ..collect.search_agent import SearchAgent
         agent = SearchAgent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False, search_config=search,
                             value_reward=cfg.reward, value_gamma=cfg.ppo.gamma)
     else:

@@ -4,7 +4,7 @@
 states and statistics; a match plays it as any agent) whose every singles decision is first
 taken by the policy as usual, which advances the battle's hidden state by the root's
 observation, and then searched: the leaves are valued by the same network
-(:class:`~.value.NetworkValue`, from the hidden state the agent had before this decision) and
+(:class:`~maple_async.search.value.NetworkValue`, from the hidden state the agent had before this decision) and
 the policy's probabilities are the search's prior. What the search refuses or fails, and a
 decision Showdown rejected once (poke-env asks again; the policy re-decides without the
 rejected action), plays the policy's own order: counted in ``search_stats`` by reason.
@@ -17,11 +17,11 @@ from typing import Optional
 from poke_env.battle import DoubleBattle
 from poke_env.player.battle_order import DefaultBattleOrder
 
-from ..collect.agent import NO_ORDER, Agent
-from .leaves import LeafHub
-from .player import ChoiceOrder
-from .searcher import SearchConfig, Searcher
-from .value import NetworkValue
+from ..search.leaves import LeafHub
+from ..search.player import ChoiceOrder
+from ..search.searcher import SearchConfig, Searcher
+from ..search.value import NetworkValue
+from .agent import NO_ORDER, Agent
 
 NAME = "agent+search"  # its row in eval's table
 
