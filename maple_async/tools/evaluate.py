@@ -60,7 +60,7 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
     ``make_agent``: builds the player's agent (a :class:`~maple_async.collect.search_agent.SearchAgent`
     searches; its leaf process is closed here)."""
     label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
-    if isinstance(opponent, str):
+    if isinstance(opponent, str) and not played(opponent).is_baseline:  # a checkpoint file
         opponent = opponent_side(played(opponent), policy.device if device is None else device,
                                  policy.greedy, battle_format)
     agent = make_agent(policy, batcher_cfg, name="eval")
