@@ -15,7 +15,7 @@ from poke_env.player import RandomPlayer
 
 from maple_async.pokeenv.players import player_kwargs, run_id
 from maple_async.search import belief
-from maple_async.search.belief import Refusal, check_ours, sample_states, to_id
+from maple_async.search.belief import Refusal, build_states, check_ours, sample_states, to_id
 from maple_async.search.leaves import LeafHub
 from maple_async.search.searcher import legal_choices
 
@@ -78,7 +78,7 @@ class Recorder(RandomPlayer):
             for state in b.states:
                 check_opponent(battle, state)
             decision = f"{battle.battle_tag}:{battle.turn}"
-            built = await self.hub.build(decision, battle.format, b.states, us=battle.player_role)
+            built = await build_states(self.hub, decision, battle.format, b.states, battle.player_role)
             await self.hub.drop(decision)
             real = legal_choices(battle.last_request)
             for one in built:

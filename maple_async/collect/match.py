@@ -101,7 +101,10 @@ class Match:
         return {"won": 0, "lost": 0, "tied": self.me.n_finished}
 
     def start(self, n_battles: int) -> asyncio.Task:
-        """Start the batchers, the watchdog and ``n_battles`` battles; returns their task."""
+        """Start the batchers, the watchdog and ``n_battles`` battles; returns their task. A
+        second start (more battles with the same players) replaces the first's watchdog."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self._watchdog = start_agents(self.agents, self.players, self.battle_timeout_s)
         if self.sims is not None:
             battles = self.sims.play(self.me, self.opponent, n_battles, self.concurrency, self.account)

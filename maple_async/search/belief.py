@@ -32,7 +32,7 @@ from typing import Optional
 
 from poke_env.battle import DoubleBattle, Effect, SideCondition
 
-from .leaves import BuiltState, LeafHub
+from .leaves import BuiltState, LeafHub, LeafRequestError
 
 UNKNOWN_ITEM = "unknown_item"
 CHOICE_ITEMS = ("choiceband", "choicescarf", "choicespecs")
@@ -232,6 +232,10 @@ def check_ours(built: BuiltState, request: dict, real_choices: list[str]) -> Non
     want = (request.get("active") or [{}])[0].get("moves", [])
     got = (built.request.get("active") or [{}])[0].get("moves", [])
     for a, b in zip(got, want):
+        if a.get("pp") == b.get("pp") and a.get("disabled", False) != b.get("disabled", False):
+            # choice lock, Taunt, Disable, Encore, Torment...: an effect the states do not carry
+            raise Refusal("disabled_move", f"move {b.get('id')}: disabled {b.get('disabled')!r} in the "
+                                           f"request, {a.get('disabled', False)!r} in the built state")
         if (a.get("pp"), a.get("disabled", False)) != (b.get("pp"), b.get("disabled", False)):
             raise Refusal("our_side", f"move {b.get('id')}: built {a}, real {b}")
     if sorted(built.ours) != sorted(real_choices):
@@ -364,8 +368,8 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
 
 def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dict) -> dict:
     patch: dict = {}
-    if mon.fainted:
-        return {"hp": 0}
+    if mon.fainted:  # a revealed loss of its item stays revealed
+        return {"hp": 0, "item": ""} if mon.item == "" or mon.item is None else {"hp": 0}
     patch["hpFraction"] = mon.current_hp_fraction
     status = mon.status.name.lower() if mon.status else ""
     patch["status"] = status
@@ -429,6 +433,17 @@ def refuse_early(battle, request: Optional[dict]) -> None:
         raise Refusal("locked_move")
 
 
+async def build_states(hub: LeafHub, decision: str, fmt: str, states: list, us: str) -> list[BuiltState]:
+    """``hub.build``; a timer seen running longer than any draw of its rule allows (a Light
+    Clay the sampled set lacks, ...) is refused by name (``timer``)."""
+    try:
+        return await hub.build(decision, fmt, states, us=us)
+    except LeafRequestError as e:
+        if "no draw of its timer" in str(e):
+            raise Refusal("timer", str(e)) from None
+        raise
+
+
 async def sample_states(hub: LeafHub, battle, k: int, seed: int) -> Belief:
     """``k`` STATE dicts of this decision (our side exact, the opponent's drawn)."""
     request = battle.last_request
@@ -439,7 +454,12 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int) -> Belief:
     fmt = battle.format or battle.battle_tag.split("-")[1]
     size = battle._team_size.get(battle.opponent_role, 6) if battle._team_size else 6
     rng = [(seed >> s) & 0xFFFF for s in (0, 16, 32, 48)]
-    teams, relaxed = await hub.sample(fmt, [x[0] for x in known], k, size, rng)
+    try:
+        teams, relaxed = await hub.sample(fmt, [x[0] for x in known], k, size, rng)
+    except LeafRequestError as e:
+        if "no random-battle set" in str(e):
+            raise Refusal("species_sets", str(e)) from None
+        raise
     role, opp = battle.player_role, battle.opponent_role
     base_field = field_state(battle, proto)
     states = []

@@ -343,6 +343,21 @@ function fitted(dex, set) {
 
 // The opponent's teams: each known Pokémon's set drawn by the format's generator until one agrees
 // with what was revealed, the rest of the team from a generator team's unseen species.
+// A random-battle set for `species`, or for the forme its sets are kept under (a battle-only
+// or cosmetic forme has none of its own: Terapagos-Terastal, ...).
+function drawSet(gen, dex, species) {
+  const sp = dex.species.get(species);
+  for (const name of [species, sp.battleOnly, sp.changesFrom, sp.baseSpecies]) {
+    if (typeof name !== 'string' || !name) continue;
+    try {
+      return gen.randomSet(name, {}, false);
+    } catch (err) {
+      // no sets under this name: try the next
+    }
+  }
+  throw new BadRequest(`no random-battle set for ${species}`);
+}
+
 function sample(msg) {
   need(typeof msg.format === 'string', 'no format');
   need(Number.isInteger(msg.k) && msg.k > 0, 'k must be a positive integer');
@@ -360,7 +375,7 @@ function sample(msg) {
       let best = null;
       let bestScore = -1;
       for (let t = 0; t < tries && bestScore < 1; t++) {
-        const set = gen.randomSet(m.species, {}, false);
+        const set = drawSet(gen, dex, m.species);
         const score = agreement(dex, set, m);
         if (score > bestScore) [best, bestScore] = [set, score];
       }

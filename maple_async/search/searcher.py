@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 
 from . import choice as rules
-from .belief import Refusal, check_ours, sample_states
+from .belief import Refusal, build_states, check_ours, sample_states
 from .leaves import LeafHub, LeafHubDied, LeafHubError
 
 log = logging.getLogger("maple_async.search")
@@ -181,7 +181,7 @@ class Searcher:
         network-free values, no prior."""
         cfg = self.config
         decision = f"{name}:{next(self._ids)}"
-        built = await self.hub.build(decision, fmt, states, us=us)
+        built = await build_states(self.hub, decision, fmt, states, us)
         request = request or built[0].request
         ours = legal_choices(request)
         try:
