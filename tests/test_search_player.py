@@ -7,9 +7,7 @@ wiring (held out, doubles refused).
 """
 
 import asyncio
-import os
 import shutil
-import signal
 
 import pytest
 from poke_env.player import RandomPlayer
@@ -17,6 +15,7 @@ from poke_env.player import RandomPlayer
 from maple_async import opponents
 from maple_async.errors import ConfigError, UserError
 from maple_async.pokeenv.players import close_players, make_baseline, player_kwargs, run_id
+from leaf_kill import kill_during_leaves
 from maple_async.search.leaves import LeafHub
 from maple_async.search.player import baseline_class
 from maple_async.search.searcher import SearchConfig, Searcher, replies
@@ -83,19 +82,7 @@ async def _play(url, fmt, n, kill_at=None):
     me.search_config = SearchConfig(states=1, replies=4)
     killed = []
     if kill_at is not None:
-        hub = me._searcher().hub
-        leaves = hub.leaves
-
-        async def leaves_then_die(decision, specs):
-            if len(killed) == 0 and me.search_stats.searched >= kill_at:
-                killed.append(hub.pid)
-                task = asyncio.ensure_future(leaves(decision, specs))
-                await asyncio.sleep(0)
-                os.kill(hub.pid, signal.SIGKILL)
-                return await task
-            return await leaves(decision, specs)
-
-        hub.leaves = leaves_then_die
+        kill_during_leaves(me._searcher().hub, lambda: me.search_stats.searched, kill_at, killed)
     try:
         await asyncio.wait_for(me.battle_against(them, n_battles=n), 900)
         pid = me._searcher().hub.pid

@@ -12,10 +12,8 @@
 """
 
 import asyncio
-import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -28,6 +26,7 @@ from maple_async.collect.match import Match
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.obs import actions as act
+from leaf_kill import kill_during_leaves
 from maple_async.search.leaves import Leaf
 from maple_async.search.value import DecisionValue, action_choice, snapshot
 
@@ -202,18 +201,8 @@ async def test_a_killed_leaf_process_costs_one_search_and_the_policy_plays(showd
     agent = SearchAgent(policy, BatcherConfig(), name="sa", search_config=SearchConfig(states=1, replies=4),
                         value_reward=cfg.reward, value_gamma=cfg.ppo.gamma)
     hub = agent.searcher.hub
-    leaves, killed = hub.leaves, []
-
-    async def leaves_then_die(decision, specs):
-        if not killed and agent.search_stats.searched >= 2:
-            killed.append(hub.pid)
-            task = asyncio.ensure_future(leaves(decision, specs))
-            await asyncio.sleep(0)
-            os.kill(hub.pid, signal.SIGKILL)
-            return await task
-        return await leaves(decision, specs)
-
-    hub.leaves = leaves_then_die
+    killed: list = []
+    kill_during_leaves(hub, lambda: agent.search_stats.searched, 2, killed)
     match = Match(showdown_url, agent, "random", concurrency=1, battle_format="gen4randombattle")
     played = 0
     try:
