@@ -207,3 +207,13 @@ async def test_a_killed_process_raises_and_a_restart_answers():
         assert leaf.error is None and leaf.lines
     finally:
         await hub.close()
+
+
+@pytest.mark.parametrize("seen", ["gastrodon", "gastrodoneast"])
+async def test_a_drawn_set_keeps_the_cosmetic_forme_showdown_showed(seen):
+    # The generator draws a cosmetic forme at random; the state keeps the one seen.
+    known = [{"name": "Gastrodon", "species": seen, "level": 86, "moves": []}]
+    async with LeafHub() as hub:
+        teams, _ = await hub.sample("gen4randombattle", known, 40, 6, [1, 2, 3, 4])
+    want = {"gastrodon": "Gastrodon", "gastrodoneast": "Gastrodon-East"}[seen]
+    assert {team[0]["species"] for team in teams} == {want}

@@ -429,6 +429,11 @@ function agreement(dex, set, m) {
 // A drawn set with the revealed facts written over it (a no-op where it agrees).
 function revealed(dex, set, m) {
   const out = {...set, name: m.name || set.name, level: m.level || set.level};
+  // The generator picks a cosmetic forme at random; the state keeps the one Showdown showed.
+  const seen = dex.species.get(m.species);
+  const drawn = dex.species.get(set.species);
+  if (seen.exists && seen.id !== drawn.id && seen.baseSpecies === drawn.baseSpecies &&
+      (seen.isCosmeticForme || drawn.isCosmeticForme)) out.species = seen.name;
   if (m.gender !== undefined) out.gender = m.gender;
   const ids = out.moves.map((x) => dex.moves.get(x).id);
   const known = m.moves || [];
