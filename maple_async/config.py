@@ -20,7 +20,7 @@ from typing import Any, Optional
 import yaml
 
 from .errors import ConfigError
-from .opponents import BASELINE_NAMES, parse_eval_opponents, parse_opponent_mix  # noqa: F401 - re-exported
+from .opponents import BASELINE_NAMES, parse_eval_opponents, parse_opponent_mix, parse_opponent_schedule  # noqa: F401 - re-exported
 
 
 def key(default: Any, help: str, *, gt: Optional[float] = None, ge: Optional[float] = None,
@@ -153,7 +153,9 @@ class TrainConfig:
     total_decisions: int = key(0, "stop after training on this many decisions (steps, as published "
                                   "curves count them; 0: no decision limit)", ge=0)
     opponents: str = key("self:1.0", 'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" '
-                                     "(kinds: self, league, random, max_power, heuristics)")
+                                     "(kinds: self, league, random, max_power, heuristics); later mixes "
+                                     'from a number of decisions on after ";", e.g. '
+                                     '"max_power:0.5,self:0.5; @5e5 self:0.8,league:0.2"')
     opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "
                                               "self-play's other side); unset: runner.teams")
     hold_when_behind: bool = key(True, "an update on twice battles_per_update or more (the learner is "
@@ -311,7 +313,7 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("config key 'server.url' names a server, but server.transport is simulator "
                           "(battles in Showdown's own processes, no server): drop one of them")
     check_battle_format(cfg.runner.battle_format)
-    parse_opponent_mix(cfg.train.opponents)
+    parse_opponent_schedule(cfg.train.opponents)
     parse_eval_opponents(cfg.train.eval_opponents)
     return cfg
 

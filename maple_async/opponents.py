@@ -143,6 +143,39 @@ def parse_opponent_mix(spec: str) -> dict[str, float]:
     return {k: v / total for k, v in mix.items() if v > 0}
 
 
+def parse_opponent_schedule(spec: str) -> list[tuple[int, dict[str, float]]]:
+    """``train.opponents``: one mix, or mixes that each start at a number of decisions,
+    ``"max_power:0.4,self:0.6; @5e5 self:0.8,league:0.2"`` (no ": ", which YAML would read as a
+    mapping); a list of (first decision, mix)."""
+    stages: list[tuple[int, dict[str, float]]] = []
+    for i, part in enumerate(spec.split(";")):
+        start, mix = 0.0, part
+        if i:
+            at, _, mix = part.strip().partition(" ")
+            try:
+                start = float(at[1:]) if at.startswith("@") else float("nan")
+            except ValueError:
+                start = float("nan")
+            if not start >= 1:  # also NaN
+                raise ConfigError(f"config key 'train.opponents': a mix after ';' starts with @ and the decisions "
+                                  f"it begins at, as in '@5e5 self:0.8,league:0.2'; got {part.strip()!r}")
+            if stages and int(start) <= stages[-1][0]:
+                raise ConfigError(f"config key 'train.opponents': the mixes' starts must grow; "
+                                  f"{at[1:]} comes after {stages[-1][0]}")
+        stages.append((int(start), parse_opponent_mix(mix)))
+    return stages
+
+
+def mix_at(stages: list[tuple[int, dict[str, float]]], decisions: int) -> dict[str, float]:
+    """The schedule's mix at ``decisions`` trained on."""
+    return [mix for start, mix in stages if start <= decisions][-1]
+
+
+def mix_names(spec: str) -> set[str]:
+    """Every opponent kind some mix of ``train.opponents`` plays."""
+    return {name for _, mix in parse_opponent_schedule(spec) for name in mix}
+
+
 def training_label(opponent: str, train_cfg) -> str:
     """Whether ``opponent`` was in the checkpoint's training mix ("in training"), the
     teacher its weights were cloned from ("teacher (cloned)"), or neither ("held out");
@@ -151,7 +184,7 @@ def training_label(opponent: str, train_cfg) -> str:
         return "held out"
     if opponent not in BASELINE_NAMES:
         return "checkpoint"
-    if opponent in parse_opponent_mix(train_cfg.opponents):
+    if opponent in mix_names(train_cfg.opponents):
         return "in training"
     return "teacher (cloned)" if opponent == train_cfg.teacher else "held out"
 

@@ -54,3 +54,19 @@ async def test_lane_dead_with_server_up_raises_the_lanes_error(tmp_path, monkeyp
         await _loop_once(tr, [lane])
     assert isinstance(e.value.__cause__, ValueError)
     assert not tr._stop.is_set()
+
+
+def test_a_schedule_starts_on_its_first_mix_and_a_message_brings_the_next(tmp_path):
+    cfg = C.load(None, {"train.run_dir": str(tmp_path / "run"), "train.tensorboard": False,
+                        "network.hidden_size": 16, "train.opponents": "random:1; @100 self:0.8,league:0.2"})
+    tr = T.Collector(cfg, lambda traj: None, quiet=True)
+    assert tr.mix == {"random": 1.0}
+    assert tr.league_agent is not None  # the league of a later mix is ready to play
+    weights = tr.agent.batcher.policy.network.state_dict()
+    tr.apply({"weights": weights, "version": 1, "league": None})
+    assert tr.mix == {"random": 1.0} and not tr._switch
+    tr.apply({"weights": weights, "version": 2, "league": None, "mix": {"self": 0.8, "league": 0.2}})
+    assert tr.mix == {"self": 0.8, "league": 0.2} and not tr._switch  # not playing yet: no lanes to replace
+    tr._running = True
+    tr.apply({"weights": weights, "version": 3, "league": None, "mix": {"random": 1.0}})
+    assert tr.mix == {"random": 1.0} and tr._switch  # playing: new lanes, the old play out their battles

@@ -1,6 +1,7 @@
 import pytest
 
 from maple_async import config as C
+from maple_async.opponents import mix_names
 
 
 def test_defaults_validate():
@@ -19,6 +20,7 @@ def test_defaults_validate():
     ({"ppo.normalize_advantages": 1}, "'ppo.normalize_advantages' must be bool"),
     ({"network.kind": "gru"}, "'network.kind' must be one of"),
     ({"train.opponents": "self:1,wizard:2"}, "unknown opponent 'wizard'"),
+    ({"train.opponents": "random:1; self:1"}, "starts with @ and the decisions it begins at"),
     ({"server.host": "0.0.0.0"}, "loopback"),
     ({"runner.battle_format": "gen9triples"}, "is neither singles nor doubles"),
     ({"runner.battle_format": "gen9freeforallrandombattle"}, "is neither singles nor doubles"),
@@ -143,7 +145,7 @@ def test_shipped_presets_hold_the_heuristic_bot_out_of_training():
     presets = sorted(glob.glob("config/*.yaml"))
     assert len(presets) >= 6
     for path in presets:
-        assert "heuristics" not in C.parse_opponent_mix(C.load(path).train.opponents), path
+        assert "heuristics" not in mix_names(C.load(path).train.opponents), path
 
 
 def test_baseline_names_are_poke_envs_players():

@@ -120,3 +120,19 @@ def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url,
         f"is generation 9"), e.stderr
     pl = run_cli("play", "--battles", "2", "--server", showdown_url, "--runner.battle_format", both)
     assert pl.returncode == 2 and "this command plays one format; runner.battle_format lists 2" in pl.stderr, pl.stderr
+
+
+def test_an_opponent_schedule_replaces_the_lanes_at_its_decisions(showdown_url, tmp_path):
+    """Scripted bots first, self-play from 300 decisions on: the lanes change once, the
+    metrics name max_power early and self-play late, and the bots' lane plays out its battles."""
+    run_dir = tmp_path / "run"
+    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
+                "--train.opponents", "max_power:1; @300 self:1", "--train.total_battles", "96",
+                "--train.replay_every", "0")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    lanes = [line for line in p.stdout.splitlines() if "[train] lanes:" in line]
+    assert lanes == ["[train] lanes: max_power (concurrency 16)", "[train] lanes: self (concurrency 16)"], lanes
+    assert "[train] opponents from 300 decisions: self:1" in p.stdout
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert rows[0].get("games/max_power") and not rows[0].get("games/self")
+    assert rows[-1].get("games/self") and int(rows[-1]["decisions"]) > 300

@@ -227,3 +227,28 @@ async def test_a_run_whose_battles_play_old_weights_says_so_once(tmp_path, capsy
     await asyncio.wait_for(LearningLoop(_cfg(tmp_path / "b", **{"train.total_battles": 8 * 14}), "cpu",
                                         handle_signals=False).run(tp), 60)
     assert "policy lag" not in capsys.readouterr().out
+
+
+async def test_an_opponent_schedule_changes_the_mix_at_its_decisions_and_after_a_resume(tmp_path, capsys):
+    # 8 trajectories of 5 decisions an update: 40 decisions each
+    spec = "random:1; @100 self:0.5,league:0.5; @200 max_power:1"
+    cfg = _cfg(tmp_path, **{"train.total_battles": 24, "train.opponents": spec})
+    tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(5))
+    loop = LearningLoop(cfg, "cpu", handle_signals=False)
+    await asyncio.wait_for(loop.run(tp), 60)
+    assert tp.started["mix"] == {"random": 1.0}
+    assert tp.started["league"] is not None  # a later mix plays the league: snapshots from the start
+    assert [m["mix"] for m in tp.published] == [{"random": 1.0}, {"random": 1.0}, {"self": 0.5, "league": 0.5}]
+    assert "[train] opponents from 100 decisions: self:0.5,league:0.5" in capsys.readouterr().out
+    resumed = LearningLoop(_cfg(tmp_path, **{"train.total_battles": 10_000, "train.opponents": spec}), "cpu",
+                           resume=str(tmp_path / "run" / "latest.pt"), quiet=True, handle_signals=False)
+    tp = ScriptedTransport(total=16, per_wait=8, rng=np.random.default_rng(6))
+    await asyncio.wait_for(resumed.run(tp), 60)
+    assert resumed.counters["decisions"] >= 120
+    assert tp.started["mix"] == {"self": 0.5, "league": 0.5} and tp.published[-1]["mix"] == {"max_power": 1.0}
+
+
+async def test_a_single_mix_sends_no_mix(tmp_path):
+    tp = ScriptedTransport(total=16, per_wait=8, rng=np.random.default_rng(7))
+    await asyncio.wait_for(LearningLoop(_cfg(tmp_path), "cpu", quiet=True, handle_signals=False).run(tp), 60)
+    assert "mix" not in tp.started and not any("mix" in m for m in tp.published)

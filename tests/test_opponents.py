@@ -36,6 +36,20 @@ def test_lists_of_opponents(tmp_path):
         O.baseline_list(" , ")
     with pytest.raises(ConfigError, match="unknown opponent 'wizard'"):
         O.parse_opponent_mix("self:1,wizard:2")
+    stages = O.parse_opponent_schedule("max_power:3,self:1 ; @5e5 self:0.8,league:0.2;@1000000 self")
+    assert stages == [(0, {"max_power": 0.75, "self": 0.25}), (500_000, {"self": 0.8, "league": 0.2}),
+                      (1_000_000, {"self": 1.0})]
+    assert O.mix_at(stages, 499_999) == {"max_power": 0.75, "self": 0.25} and O.mix_at(stages, 500_000)["league"] == 0.2
+    assert O.mix_names("random:1; @10 self:1") == {"random", "self"}
+    assert O.parse_opponent_schedule("self:1") == [(0, {"self": 1.0})]
+    for spec, why in [("random:1; self:1", "starts with @ and the decisions it begins at"),
+                      ("random:1; @0 self:1", "starts with @"),
+                      ("random:1; @nan self:1", "starts with @"),
+                      ("random:1; 5e5 self:1", "starts with @"),
+                      ("random:1; @10 self:1; @10 random:1", "starts must grow; 10 comes after 10"),
+                      ("random:1; @10 wizard:1", "unknown opponent 'wizard'")]:
+        with pytest.raises(ConfigError, match=why):
+            O.parse_opponent_schedule(spec)
     assert O.policy_ref("path/to/file.py:make") == ("path/to/file.py", "make")
     with pytest.raises(UserError, match="expected module:attr"):
         O.policy_ref("module")

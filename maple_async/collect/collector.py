@@ -25,7 +25,7 @@ from ..config import Config
 from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy, resolve_device
 from ..learn import networks as nets
-from ..opponents import parse_opponent_mix
+from ..opponents import mix_names, parse_opponent_schedule
 from ..pokeenv.players import fast_kwargs, request_round
 from ..pokeenv.replays import ReplayWriter
 from ..teams import for_formats
@@ -60,14 +60,15 @@ class Collector:
         self.replays = (ReplayWriter(Path(cfg.train.run_dir) / "replays" / replay_subdir,
                                      cfg.train.replay_every, cfg.train.replay_keep)
                         if cfg.train.replay_every else None)
-        self.mix = mix if mix is not None else parse_opponent_mix(cfg.train.opponents)
+        # the schedule's first mix; the learner's messages carry the next (``apply``)
+        self.mix = mix if mix is not None else parse_opponent_schedule(cfg.train.opponents)[0][1]
         self.opponents: dict = dict(opponents or {})
         # validated once per process (the main one checks first): each listed format's teams
         self.formats = for_formats(cfg)
         # the networks' device is the config's (every process resolves it the same way)
         device = resolve_device(cfg.runner.device) if device is None else device
         self.league_policy: Optional[LeaguePolicy] = None
-        if "league" in self.mix:
+        if "league" in self.mix or (mix is None and "league" in mix_names(cfg.train.opponents)):
             seed = cfg.runner.seed
             self.league_policy = LeaguePolicy(lambda: nets.for_config(cfg), device,
                                               rng=random.Random(None if seed is None else seed + 17))
@@ -103,10 +104,17 @@ class Collector:
         self._on_trajectory(traj)
 
     def apply(self, msg: dict) -> None:
-        """New weights from the learner: ``{"weights", "version", "league"}``."""
+        """New weights from the learner: ``{"weights", "version", "league"}``, and the
+        opponent mix of its schedule (``"mix"``) when it has one."""
         self.agent.batcher.set_weights(msg["weights"], msg["version"])
         if self.league_agent is not None and msg.get("league") is not None:
             self.league_agent.batcher.set_weights(msg["league"])
+        mix = msg.get("mix")
+        if mix is not None and mix != self.mix:
+            if self._running:
+                self.set_mix(mix, self.opponents)
+            else:
+                self.mix = dict(mix)
 
     def pause(self, paused: bool) -> None:
         """Hold every decision (the learner is behind) or let them go again; the time held

@@ -19,13 +19,14 @@ from typing import Optional
 
 import numpy as np
 
-from ..config import Config, formats, from_saved, parse_opponent_mix
+from ..config import Config, formats, from_saved
 from ..errors import UserError
 from ..inference.league import league_probs
 from ..learn import checkpoint as ckpt
 from ..learn import networks as nets
 from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
+from ..opponents import mix_at, parse_opponent_schedule
 
 # Runs that learn well stay near 1; 8 shards whose weights came late reached 69 (docs/benchmarks.md).
 LAG_WARNING = 10.0
@@ -49,7 +50,7 @@ class LearningLoop:
         self.quiet = quiet
         self.handle_signals = handle_signals
         self.run_dir = Path(cfg.train.run_dir)
-        self.mix = parse_opponent_mix(cfg.train.opponents)
+        self.schedule = parse_opponent_schedule(cfg.train.opponents)  # [(first decision, mix)]
         est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
         self.learner = Learner(nets.for_config(cfg), cfg.ppo, device, total_updates=est_updates)
         if cfg.train.init and not resume:
@@ -150,7 +151,7 @@ class LearningLoop:
     def _league_rule(self) -> None:
         """Every ``league_every_updates`` updates (and when empty) the league gets a snapshot
         of the learner; it keeps the newest ``league_size``."""
-        if "league" not in self.mix:
+        if not any("league" in mix for _, mix in self.schedule):
             return
         sid = self.learner.updates
         due = sid % self.cfg.train.league_every_updates == 0 or not self.league
@@ -169,7 +170,10 @@ class LearningLoop:
             ids = [e["id"] for e in self.league]
             league = {"snapshots": {e["id"]: e["weights"] for e in self.league},
                       "probs": league_probs(ids, self.league_results, self.cfg.train.league_sampling)}
-        return {"weights": self.learner.weights_cpu(), "version": self.counters["version"], "league": league}
+        msg = {"weights": self.learner.weights_cpu(), "version": self.counters["version"], "league": league}
+        if len(self.schedule) > 1:
+            msg["mix"] = mix_at(self.schedule, self.counters["decisions"])
+        return msg
 
     # -- the loop --------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -281,7 +285,12 @@ class LearningLoop:
         metrics = await asyncio.to_thread(self.learner.update, batch, progress, lr_scale)
         self.counters["version"] += 1
         self.counters["battles"] += len(batch)
+        before = self.counters["decisions"]
         self.counters["decisions"] += sum(len(t) for t in batch)
+        for start, mix in self.schedule[1:]:
+            if before < start <= self.counters["decisions"]:
+                self._print(f"[train] opponents from {start} decisions: "
+                            + ",".join(f"{k}:{v:g}" for k, v in mix.items()))
         if "format_decisions" in self.counters:
             by_format = self.counters["format_decisions"]
             for t in batch:
