@@ -198,6 +198,31 @@ class TrainConfig:
     ray_cpus_per_shard: float = key(1.0, "CPUs Ray reserves per shard actor", gt=0)
 
 
+SEARCH_RULES = ("maxmin", "equilibrium", "expected")
+
+
+@dataclass
+class SearchConfig:
+    """How ``--search`` and the ``search`` opponent look ahead (maple_async.search)."""
+
+    states: int = key(2, "sampled battle states per decision", gt=0)
+    replies: int = key(6, "the opponent's replies per state at most (its moves first, then switches)", gt=0)
+    seeds: int = key(1, "leaves per joint action, each turn played with a fresh seed", gt=0)
+    rule: str = key("maxmin", "how the payoff tables choose: max-min, their mixed equilibrium, or the "
+                              "expected value over the opponent's replies", choices=SEARCH_RULES)
+    # At 0.5 the search's own max-min pick is never overruled; the prior breaks its ties.
+    prior_weight: float = key(0.5, "weight of the network's probabilities in the choice: "
+                                   "(1 - w) search + w policy", ge=0, le=1)
+    budget_ms: float = key(300.0, "compute per searched decision (the leaf process's and the leaf values'), "
+                                  "kept on average by the costs measured so far: the opponent's replies "
+                                  "shrink first (to 3), then the states, then the replies to 1; 0: no bound",
+                           ge=0)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            _check_range(f"search.{f.name}", getattr(self, f.name), f.metadata)
+
+
 @dataclass
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -207,6 +232,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

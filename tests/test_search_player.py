@@ -118,3 +118,59 @@ async def test_a_leaf_process_killed_mid_search_costs_one_search(showdown_url):
     assert stats.failed["hub_died"] == 1, (stats.failed, stats.examples)
     assert alive and pid != killed[0], "the leaf process was not started again"
     assert stats.searched > 3, stats.line()
+
+
+def test_the_budget_shrinks_replies_then_states_then_replies_to_one():
+    s = Searcher(None, SearchConfig(states=2, replies=6, budget_ms=300))
+    s.state_ms, s.leaf_ms = 10.0, 1.0
+    assert s.plan(9) == (2, 6)  # 2 x (10 + 54) = 128
+    s.leaf_ms = 3.0
+    assert s.plan(9) == (2, 5)  # 2 x (10 + 135) = 290; six replies would be 344
+    s.leaf_ms = 6.0
+    assert s.plan(9) == (1, 3)  # two states of three replies: 344; one state of three: 172
+    s.leaf_ms = 20.0
+    assert s.plan(9) == (1, 1)  # 190: one reply
+    s.leaf_ms = 100.0
+    assert s.plan(9) == (1, 1)  # nothing fits: the least there is
+    assert Searcher(None, SearchConfig(states=3, replies=8, budget_ms=0)).plan(9) == (3, 8)  # no bound
+
+
+def test_measured_costs_follow_the_decisions_and_count_the_ones_over_three_budgets():
+    s = Searcher(None, SearchConfig(budget_ms=100))
+    for _ in range(60):
+        assert s._measured(2, 40.0, 50, 100.0) == 140.0
+    assert s.state_ms == pytest.approx(20.0, rel=1e-4) and s.leaf_ms == pytest.approx(2.0, rel=1e-4)
+    s._measured(1, 100.0, 100, 250.0)
+    assert s.stats.over_3x == 1 and s.stats.compute_ms == pytest.approx(60 * 140 + 350)
+
+
+def test_search_keys_are_config_keys_refused_in_one_line():
+    from maple_async import config as C
+    assert C.load(None, {"search.states": 3, "search.budget_ms": 0}).search.states == 3
+    for key, value, why in [("search.states", 0, "'search.states' must be > 0"),
+                            ("search.prior_weight", 1.5, "'search.prior_weight' must be <= 1"),
+                            ("search.budget_ms", -1, "'search.budget_ms' must be >= 0"),
+                            ("search.rule", "mcts", "'search.rule' must be one of maxmin")]:
+        with pytest.raises(ConfigError, match=why):
+            C.load(None, {key: value})
+    with pytest.raises(ConfigError, match="'search.replies' must be > 0"):
+        SearchConfig(replies=0)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_tiny_budget_plays_one_state_and_one_reply(showdown_url):
+    tag = run_id()
+    fmt = "gen4randombattle"
+    me = make_baseline("search", showdown_url, f"sb{tag}a", 1, fmt, base=baseline_class(fmt))
+    them = RandomPlayer(**player_kwargs(showdown_url, f"sb{tag}b", 1, fmt))
+    me.search_config = SearchConfig(states=2, replies=6, budget_ms=1)
+    try:
+        await asyncio.wait_for(me.battle_against(them, n_battles=1), 900)
+    finally:
+        await close_players(me, them)
+    stats = me.search_stats
+    assert stats.searched > 0 and stats.compute_ms > 0, stats.line()
+    # one state, one reply: a leaf per choice of ours (4 moves and 5 switches at most in gen 4)
+    assert stats.leaves <= 9 * stats.searched, stats.line()
+    assert "ms of compute" in stats.line()

@@ -117,18 +117,14 @@ def eval_config(args) -> config_mod.Config:
 
 
 def _search_config(args, cfg):
-    """``--search`` and ``--search-prior``: a SearchConfig, or None without ``--search``."""
+    """``--search``: the config's ``search`` section, or None without ``--search``."""
     if not args.search:
         return None
-    from ..search.searcher import SearchConfig
     if args.policy:
         raise UserError("--search needs our own network (its value head scores the leaves), not --policy")
     for fmt in config_mod.formats(cfg.runner.battle_format):
         opponents.search_format(fmt)
-    try:
-        return SearchConfig(prior_weight=args.search_prior)
-    except ValueError as e:
-        raise UserError(f"--search-prior: {e}") from None
+    return cfg.search
 
 
 def cmd_eval(args) -> int:

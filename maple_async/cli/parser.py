@@ -100,9 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
     pl.add_argument("--search", action="store_true",
                     help="the network searches each decision on Showdown's simulator, its value head scoring "
-                         "the leaves (singles; what search refuses the network plays)")
-    pl.add_argument("--search-prior", type=float, default=0.5, metavar="W",
-                    help="with --search: weight in [0, 1] of the network's probabilities in the search's choice")
+                         "the leaves (singles; what search refuses the network plays; search.* keys)")
     add_config_flags(pl)
 
     tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
@@ -143,10 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "policies can fall into deterministic switch loops)")
     ev.add_argument("--search", action="store_true",
                     help="the checkpoint searches each decision on Showdown's simulator, its value head "
-                         "scoring the leaves (row agent+search; singles; what search refuses the policy plays)")
-    ev.add_argument("--search-prior", type=float, default=0.5, metavar="W",
-                    help="with --search: weight in [0, 1] of the policy's probabilities mixed into the "
-                         "search's choice (0.5: the search's own pick is never overruled, the prior breaks ties)")
+                         "scoring the leaves (row agent+search; singles; what search refuses the policy plays; "
+                         "search.* keys)")
     add_config_flags(ev, skip=("--opponent",))
 
     be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")

@@ -49,13 +49,14 @@ class Match:
     battle (:func:`maple_async.teams.for_config`).
     ``replays``: a :class:`~maple_async.pokeenv.replays.ReplayWriter` for ``me``'s battles
     (``me`` must be an agent).
+    ``search``: the ``search`` opponent's :class:`~maple_async.config.SearchConfig` (default: the defaults).
     """
 
     def __init__(self, url: str, me: Side, opponent: Side, *, concurrency: int,
                  battle_format: str = "gen9randombattle", battle_options: Optional[dict] = None,
                  battle_timeout_s: float = 300.0, account: str = "mpl",
                  labels: Optional[tuple[str, str]] = None, teams: Optional[Teams] = None,
-                 replays=None):
+                 replays=None, search=None):
         self.concurrency = concurrency
         self.battle_timeout_s = battle_timeout_s
         if labels is None:
@@ -79,6 +80,8 @@ class Match:
             else:
                 base = search_player.baseline_class(battle_format) if side in SEARCH_NAMES else None
                 p = make_baseline(side, url, name, concurrency, battle_format, team, sheets, base=base)
+                if base is not None and search is not None:
+                    p.search_config = search
             if self.sims is not None:
                 self.sims.attach(p)
             return p
@@ -249,13 +252,14 @@ class PlayResult(Rates):
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
                concurrency: int = 64, battle_format: str = "gen9randombattle",
                battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None,
-               teams: Optional[Teams] = None, replays=None) -> PlayResult:
+               teams: Optional[Teams] = None, replays=None, search=None) -> PlayResult:
     """Play ``n_battles`` with ``agent`` against itself (``self``) or a baseline. The agent's
-    batcher stays open (its owner closes it). ``replays``: a ReplayWriter for the first side."""
+    batcher stays open (its owner closes it). ``replays``: a ReplayWriter for the first side;
+    ``search``: the ``search`` opponent's keys."""
     match = Match(server_url, agent, agent if opponent == "self" else opponent,
                   concurrency=concurrency, battle_format=battle_format, account="maple",
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, teams=teams,
-                  replays=replays)
+                  replays=replays, search=search)
     d0, b0, s0 = agent.stats.decisions, agent.batcher.stats.batches, agent.batcher.stats.decisions
     t0 = time.perf_counter()
     try:

@@ -618,6 +618,7 @@ function handle(line) {
     return {id: null, ok: false, error: `not JSON: ${err.message}`};
   }
   const id = msg && msg.id !== undefined ? msg.id : null;
+  const t0 = process.hrtime.bigint();
   try {
     let body;
     switch (msg.op) {
@@ -628,7 +629,7 @@ function handle(line) {
     case 'ping': body = {}; break;
     default: throw new BadRequest(`unknown op '${msg.op}'`);
     }
-    return {id, ok: true, ...body};
+    return {id, ok: true, ms: Number(process.hrtime.bigint() - t0) / 1e6, ...body};
   } catch (err) {
     const why = err instanceof BadRequest ? err.message : String(err && err.stack || err).split('\n').slice(0, 3).join(' | ');
     return {id, ok: false, error: why};

@@ -25,33 +25,15 @@ from typing import Optional
 
 import numpy as np
 
+from ..config import SEARCH_RULES, SearchConfig  # noqa: F401 - SearchConfig re-exported
 from . import choice as rules
 from .belief import Refusal, build_states, check_ours, sample_states
-from .leaves import LeafHub, LeafHubDied, LeafHubError
+from .leaves import LeafHub, LeafHubDied, LeafHubError, metered
 
 log = logging.getLogger("maple_async.search")
-RULES = ("maxmin", "equilibrium", "expected")
+# First guesses of a decision's compute (the 2-core VM, loaded); measured costs replace them.
+STATE_MS, LEAF_MS, EMA = 25.0, 5.0, 0.2
 
-
-@dataclass
-class SearchConfig:
-    states: int = 2  # sampled states per decision
-    replies: int = 6  # the opponent's replies per state at most
-    seeds: int = 1  # leaves per joint action
-    rule: str = "maxmin"
-    # Weight of the policy's probabilities when a value object gives them (the agent's
-    # search): probs = (1 - w) search + w prior. At 0.5 the search's own max-min pick is never
-    # overruled (it keeps at least half the mass), the prior breaks the search's ties and is
-    # the only voice for an action no leaf scored; with ``equilibrium`` it is an even blend.
-    prior_weight: float = 0.5
-
-    def __post_init__(self):
-        if self.states < 1 or self.replies < 1 or self.seeds < 1:
-            raise ValueError("search: states, replies and seeds must be >= 1")
-        if not 0.0 <= self.prior_weight <= 1.0:
-            raise ValueError(f"search: the prior's weight must be in [0, 1], got {self.prior_weight}")
-        if self.rule not in RULES:
-            raise ValueError(f"search: rule must be one of {', '.join(RULES)}, got {self.rule!r}")
 
 
 @dataclass
@@ -63,6 +45,8 @@ class SearchStats:
     failed: collections.Counter = field(default_factory=collections.Counter)  # error kind -> n
     leaves: int = 0
     ms: float = 0.0  # over searched decisions
+    compute_ms: float = 0.0  # the leaf process's and the leaf values' (what search.budget_ms bounds)
+    over_3x: int = 0  # searched decisions whose compute passed 3 budgets
     states_dropped: int = 0  # sampled states whose built request disagreed with ours
     relaxed: int = 0  # opponent sets no generator draw agreed with (revealed facts written over)
     examples: dict = field(default_factory=dict)  # reason or error kind -> its latest message
@@ -72,12 +56,12 @@ class SearchStats:
         refused = sum(self.refused.values())
         failed = sum(self.failed.values())
         by = ", ".join(f"{k} {v / n:.1%}" for k, v in self.refused.most_common())
-        ms = self.ms / self.searched if self.searched else 0.0
-        leaves = self.leaves / self.searched if self.searched else 0.0
+        s = max(self.searched, 1)
         return (f"searched {self.searched / n:.1%} of {self.decisions} decisions, refused {refused / n:.1%}"
                 + (f" ({by})" if by else "") + f", failed {failed / n:.1%}"
                 + (f" ({', '.join(f'{k} {v}' for k, v in self.failed.items())})" if failed else "")
-                + f"; {ms:.0f} ms and {leaves:.0f} leaves per searched decision")
+                + f"; per searched decision {self.ms / s:.0f} ms, {self.compute_ms / s:.0f} ms of compute, "
+                + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else ""))
 
 
 def legal_choices(request: dict) -> list[str]:
@@ -129,6 +113,33 @@ class Searcher:
         self._ids = itertools.count(1)
         self._rng = np.random.default_rng(seed)
         self._starting = asyncio.Lock()
+        self.state_ms, self.leaf_ms = STATE_MS, LEAF_MS  # compute per state and per leaf, measured
+
+    def plan(self, n_ours: int) -> tuple[int, int]:
+        """(states, replies) whose compute fits ``budget_ms`` by the costs measured so far: the
+        opponent's replies shrink first (to 3), then the states, then the replies to 1."""
+        cfg = self.config
+        if not cfg.budget_ms:
+            return cfg.states, cfg.replies
+        floor = min(3, cfg.replies)
+        steps = ([(cfg.states, r) for r in range(cfg.replies, floor - 1, -1)]
+                 + [(m, floor) for m in range(cfg.states - 1, 0, -1)]
+                 + [(1, r) for r in range(floor - 1, 0, -1)])
+        for m, r in steps:
+            if m * (self.state_ms + n_ours * r * cfg.seeds * self.leaf_ms) <= cfg.budget_ms:
+                return m, r
+        return 1, 1
+
+    def _measured(self, n_states: int, state_ms: float, n_leaves: int, leaves_ms: float) -> float:
+        """Fold one decision's compute into the running costs; returns that compute."""
+        self.state_ms += EMA * (state_ms / n_states - self.state_ms)
+        if n_leaves:
+            self.leaf_ms += EMA * (leaves_ms / n_leaves - self.leaf_ms)
+        total = state_ms + leaves_ms
+        self.stats.compute_ms += total
+        if self.config.budget_ms and total > 3 * self.config.budget_ms:
+            self.stats.over_3x += 1
+        return total
 
     async def try_choose(self, battle) -> Optional[str]:
         """:meth:`choose`, counted: None when the search refused the decision (by reason) or
@@ -164,51 +175,65 @@ class Searcher:
         """Our choice for the battle's current request; raises Refusal or a LeafHubError."""
         t0 = time.perf_counter()
         seed = int(self._rng.integers(1 << 62))
-        belief = await sample_states(self.hub, battle, self.config.states, seed)
+        try:
+            n_ours = len(legal_choices(battle.last_request))
+        except (KeyError, IndexError, TypeError):
+            n_ours = 9  # a request the belief refuses below
+        states, replies_n = self.plan(n_ours)
+        with metered() as meter:
+            belief = await sample_states(self.hub, battle, states, seed)
         self.stats.relaxed += belief.relaxed
         fmt = battle.format or battle.battle_tag.split("-")[1]
         value = self.value.decision(battle) if self.value is not None else None
         choice = await self.search(fmt, battle.player_role, belief.states, battle.last_request,
-                                   name=f"{battle.battle_tag}:{battle.turn}", value=value)
+                                   name=f"{battle.battle_tag}:{battle.turn}", value=value,
+                                   replies_n=replies_n, sample_ms=sum(meter))
         self.stats.ms += (time.perf_counter() - t0) * 1000
         return choice
 
     async def search(self, fmt: str, us: str, states: list[dict], request: Optional[dict] = None,
-                     name: str = "", value=None) -> str:
+                     name: str = "", value=None, replies_n: Optional[int] = None,
+                     sample_ms: float = 0.0) -> str:
         """Our choice over given STATEs; ``request`` is the real one our side must agree with
         (None: the first built state's, for constructed positions). ``value``: this
         decision's leaf values and prior (:class:`~.value.DecisionValue`); None: the leaves'
-        network-free values, no prior."""
+        network-free values, no prior. ``replies_n``: the opponent's replies per state (default
+        ``replies``); ``sample_ms``: the leaf process's time drawing ``states``, for the budget."""
         cfg = self.config
+        replies_n = replies_n or cfg.replies
         decision = f"{name}:{next(self._ids)}"
-        built = await build_states(self.hub, decision, fmt, states, us)
-        request = request or built[0].request
-        ours = legal_choices(request)
-        try:
-            kept = []
-            for k, b in enumerate(built):
-                try:
-                    check_ours(b, request, ours)
-                    kept.append(k)
-                except Refusal as r:
-                    if r.reason != "our_choices":
-                        raise
-                    self.stats.states_dropped += 1
-            if not kept:
-                raise Refusal("our_choices", "no sampled state allows our real choices")
-            columns: list[str] = []
-            specs = []
-            for k in kept:
-                theirs = replies(built[k].theirs, cfg.replies)
-                columns += [c for c in theirs if c not in columns]
-                for a in ours:
-                    for b in theirs:
-                        for _ in range(cfg.seeds):
-                            specs.append((k, a, b, [int(x) for x in self._rng.integers(0, 1 << 16, 4)]))
-            leaves = await self.hub.leaves(decision, specs)
-        finally:
-            await self.hub.drop(decision)
+        with metered() as meter:
+            built = await build_states(self.hub, decision, fmt, states, us)
+            request = request or built[0].request
+            ours = legal_choices(request)
+            try:
+                kept = []
+                for k, b in enumerate(built):
+                    try:
+                        check_ours(b, request, ours)
+                        kept.append(k)
+                    except Refusal as r:
+                        if r.reason != "our_choices":
+                            raise
+                        self.stats.states_dropped += 1
+                if not kept:
+                    raise Refusal("our_choices", "no sampled state allows our real choices")
+                columns: list[str] = []
+                specs = []
+                for k in kept:
+                    theirs = replies(built[k].theirs, replies_n)
+                    columns += [c for c in theirs if c not in columns]
+                    for a in ours:
+                        for b in theirs:
+                            for _ in range(cfg.seeds):
+                                specs.append((k, a, b, [int(x) for x in self._rng.integers(0, 1 << 16, 4)]))
+                built_ms = sum(meter)
+                leaves = await self.hub.leaves(decision, specs)
+            finally:
+                await self.hub.drop(decision)
+        t_value = time.perf_counter()
         scores = value(leaves).scores if value is not None else [leaf.value for leaf in leaves]
+        leaves_ms = sum(meter) - built_ms + (time.perf_counter() - t_value) * 1000
         sums = np.zeros((len(kept), len(ours), len(columns)))
         counts = np.zeros_like(sums)
         where = {k: i for i, k in enumerate(kept)}
@@ -229,4 +254,5 @@ class Searcher:
                       prior=prior, prior_weight=cfg.prior_weight if prior is not None else 0.0)
         self.stats.searched += 1
         self.stats.leaves += len(specs)
+        self._measured(len(states), sample_ms + built_ms, len(specs), leaves_ms)
         return ours[picked.action]

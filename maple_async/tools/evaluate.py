@@ -51,14 +51,14 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
                    opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
                    teams: Optional[Teams] = None, replays=None, device=None,
-                   make_agent: Callable[..., Agent] = Agent) -> EvalResult:
+                   make_agent: Callable[..., Agent] = Agent, search=None) -> EvalResult:
     """Play ``n_battles`` against ``opponent``: a baseline's name, a checkpoint file (loaded
     on ``device``, default the policy's, as greedy as it) or another policy
     (:func:`opponent_side`), called ``opponent_label`` in the results.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
     ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter.
     ``make_agent``: builds the player's agent (a :class:`~maple_async.collect.search_agent.SearchAgent`
-    searches; its leaf process is closed here)."""
+    searches; its leaf process is closed here). ``search``: the ``search`` opponent's keys."""
     label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     if isinstance(opponent, str) and not played(opponent).is_baseline:  # a checkpoint file
         opponent = opponent_side(played(opponent), policy.device if device is None else device,
@@ -67,7 +67,7 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
     other = opponent if isinstance(opponent, str) else Agent(opponent, batcher_cfg, name="eval-opponent")
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
-                  labels=(label, "eval"), teams=teams, replays=replays)
+                  labels=(label, "eval"), teams=teams, replays=replays, search=search)
     try:
         seconds = await until_failed(match.play(n_battles), [policy, getattr(other, "policy", None)])
     finally:
@@ -222,7 +222,7 @@ async def evaluate_config(cfg, policy, url: str, opponent, n_battles: int, concu
     return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
                           battle_format=cfg.runner.battle_format, opponent_label=label,
                           battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
-                          teams=for_config(cfg), replays=replays, make_agent=make_agent)
+                          teams=for_config(cfg), replays=replays, make_agent=make_agent, search=cfg.search)
 
 
 def checkpoint_format(cfg, checkpoint: str, keep_teams: bool = False, quiet: bool = False):

@@ -54,7 +54,7 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
                                           battle_format=cfg.runner.battle_format,
                                           battle_timeout_s=cfg.runner.battle_timeout_s,
                                           battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg),
-                                          replays=replays), [policy])
+                                          replays=replays, search=cfg.search), [policy])
         finally:
             prog.cancel()
             await agent.batcher.close()
