@@ -68,6 +68,7 @@ class Recorder(RandomPlayer):
         super().__init__(**kw)
         self.hub = hub
         self.checked = 0
+        self.forced = 0  # switches after a faint, checked
         self.refused = {}
         self.errors = []
 
@@ -88,6 +89,7 @@ class Recorder(RandomPlayer):
                     if r.reason != "our_choices":  # a drawn trapping ability may differ by state
                         raise
             self.checked += 1
+            self.forced += bool(battle.last_request.get("forceSwitch"))
         except Refusal as r:
             if r.reason == "our_side":
                 self.errors.append(str(r))
@@ -106,8 +108,11 @@ async def test_sampled_states_keep_what_showdown_showed(showdown_url, fmt):
         await asyncio.wait_for(me.battle_against(them, n_battles=3), 600)
         assert not me.errors, me.errors[:5]
         assert me.checked >= 20, (me.checked, me.refused)
-        assert set(me.refused) <= {"forced_switch", "locked_move", "recharge", "two_turn_move", "substitute_hp",
-                                   "transform", "illusion", "ditto", "forme_change"} | {
+        assert me.forced >= 1, (me.checked, me.refused)  # three battles with no faint of ours checked: unlikely
+        # what the states cannot carry, by name; never our side wrong, never a switch after a faint
+        assert set(me.refused) <= {"midturn_switch", "locked_move", "recharge", "two_turn_move", "substitute_hp",
+                                   "transform", "illusion", "ditto", "forme_change", "timer", "disabled_move",
+                                   "species_sets", "source", "no_opponent_active"} | {
             r for r in me.refused if r.startswith("volatile:")}, me.refused
 
 
@@ -121,9 +126,15 @@ class FakeBattle:
 
 
 def test_refusals_are_named():
-    with pytest.raises(Refusal) as r:
-        belief.refuse_early(FakeBattle({"forceSwitch": [True], "side": {}}), {"forceSwitch": [True]})
+    fainted = {"forceSwitch": [True], "side": {"pokemon": [{"active": True, "condition": "0 fnt"}]}}
+    belief.refuse_early(FakeBattle(fainted), fainted)  # the switch after a faint is searched...
+    with pytest.raises(Refusal) as r:  # ... where the caller wants it
+        belief.refuse_early(FakeBattle(fainted), fainted, forced_switches=False)
     assert r.value.reason == "forced_switch"
+    uturn = {"forceSwitch": [True], "side": {"pokemon": [{"active": True, "condition": "120/250"}]}}
+    with pytest.raises(Refusal) as r:
+        belief.refuse_early(FakeBattle(uturn), uturn)
+    assert r.value.reason == "midturn_switch"
     with pytest.raises(Refusal) as r:
         belief.refuse_early(FakeBattle({}, fmt="gen9ou"), {"active": []})
     assert r.value.reason == "team_format"

@@ -209,11 +209,52 @@ async def test_a_killed_process_raises_and_a_restart_answers():
         await hub.close()
 
 
-@pytest.mark.parametrize("seen", ["gastrodon", "gastrodoneast"])
-async def test_a_drawn_set_keeps_the_cosmetic_forme_showdown_showed(seen):
-    # The generator draws a cosmetic forme at random; the state keeps the one seen.
-    known = [{"name": "Gastrodon", "species": seen, "level": 86, "moves": []}]
+@pytest.mark.parametrize("fmt,seen,want", [("gen4randombattle", "gastrodon", "Gastrodon"),
+                                           ("gen4randombattle", "gastrodoneast", "Gastrodon-East"),
+                                           ("gen9randombattle", "polteageist", "Polteageist"),
+                                           ("gen9randombattle", "polteageistantique", "Polteageist-Antique"),
+                                           ("gen9randombattle", "terapagosterastal", "Terapagos-Terastal"),
+                                           ("gen9randombattle", "mimikyubusted", "Mimikyu-Busted")])
+async def test_a_drawn_set_keeps_the_forme_showdown_showed(fmt, seen, want):
+    # The generator draws some formes at random, and a battle-only forme's sets are its
+    # base's: the state keeps the forme seen.
+    known = [{"name": "X", "species": seen, "level": 86, "moves": []}]
     async with LeafHub() as hub:
-        teams, _ = await hub.sample("gen4randombattle", known, 40, 6, [1, 2, 3, 4])
-    want = {"gastrodon": "Gastrodon", "gastrodoneast": "Gastrodon-East"}[seen]
+        teams, _ = await hub.sample(fmt, known, 40, 6, [1, 2, 3, 4])
     assert {team[0]["species"] for team in teams} == {want}
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_a_fainted_active_asks_for_a_switch_and_a_leaf_plays_it_into_the_next_turn(fmt):
+    # Jolteon fainted in the turn that ended, Spikes on our side: Skarmory (Flying) takes none,
+    # Blissey an eighth. Their side waits.
+    us = side("us", [JOLTEON, SKARMORY, BLISSEY], [{"hp": 0}], conditions={"spikes": {"layers": 1}})
+    them = side("them", [GARCHOMP, HEATRAN])
+    async with LeafHub() as hub:
+        (built,) = await hub.build("faint", fmt, [state(us, them)])
+        assert built.request["forceSwitch"] == [True] and "active" not in built.request
+        assert built.request["side"]["pokemon"][0]["condition"] == "0 fnt"
+        assert built.ours == ["switch 2", "switch 3"] and built.theirs == ["wait"]
+        skarmory, blissey = await hub.leaves("faint", [(0, "switch 2", "wait", SEEDS[0]),
+                                                      (0, "switch 3", "wait", SEEDS[0])])
+        for leaf in (skarmory, blissey):
+            assert leaf.error is None, leaf.error
+            assert "|turn|8" in leaf.lines and leaf.request["active"]  # the next turn asks for moves
+        assert "|switch|p1a: Skarmory|" in skarmory.lines and "|-damage|p1a: Skarmory" not in skarmory.lines
+        assert "|-damage|p1a: Blissey|" in blissey.lines and "[from] Spikes" in blissey.lines
+        (bad,) = await hub.leaves("faint", [(0, "move 1", "wait", SEEDS[0])])
+        assert bad.error and "move 1" in bad.error
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_field_and_side_timers_without_a_source_run_out_by_their_rules(fmt):
+    # Trick Room (5 turns) and Reflect (5 turns, no Light Clay) seen 4 turns: both end this turn.
+    us = side("us", [JOLTEON, BLISSEY], conditions={"reflect": {"elapsed": 4}})
+    them = side("them", [GYARADOS, SKARMORY])
+    st = state(us, them, field={"pseudoWeather": {"trickroom": {"elapsed": 4}}})
+    async with LeafHub() as hub:
+        await hub.build("timers", fmt, [st])
+        (leaf,) = await hub.leaves("timers", [(0, "move 3", "move 1", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-fieldend|move: Trick Room" in leaf.lines
+        assert re.search(r"\|-sideend\|p1: us\|(move: )?Reflect", leaf.lines), leaf.lines

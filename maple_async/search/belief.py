@@ -197,7 +197,9 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
             patch["statusState"] = {"stage": toxic_stage(proto, role, name)}
         if p.get("terastallized"):
             patch["terastallized"] = p["terastallized"]
-        if p.get("active"):
+        if p.get("active") and hp == 0:  # fainted in the turn that ended: its switch is the decision
+            patch["pp"] = [bench_pp(mon, m) for m in moves]
+        elif p.get("active"):
             patch["pp"] = [m.get("pp") for m in active_req.get("moves", [])]  # in slot order
             patch["boosts"] = {k: v for k, v in mon.boosts.items() if v}
             patch["activeTurns"] = mon._active_turns
@@ -415,8 +417,10 @@ def _sources(fields_by_id: dict, teams: dict) -> None:
 
 
 # -- the whole -------------------------------------------------------------------------------
-def refuse_early(battle, request: Optional[dict]) -> None:
-    """What refuses a decision before any state is drawn."""
+def refuse_early(battle, request: Optional[dict], forced_switches: bool = True) -> None:
+    """What refuses a decision before any state is drawn. ``forced_switches``: a switch after
+    our Pokémon fainted is searched (else refused as ``forced_switch``); a switch in the middle
+    of a turn (U-turn, Baton Pass, Eject Button: the turn goes on after it) is refused."""
     if isinstance(battle, DoubleBattle):
         raise Refusal("doubles")
     if "random" not in (battle.format or battle.battle_tag):
@@ -424,7 +428,11 @@ def refuse_early(battle, request: Optional[dict]) -> None:
     if not request or request.get("wait") or request.get("teamPreview"):
         raise Refusal("no_request")
     if request.get("forceSwitch"):
-        raise Refusal("forced_switch")
+        active = next((p for p in request.get("side", {}).get("pokemon", []) if p.get("active")), None)
+        if active is None or not active.get("condition", "").endswith(" fnt"):
+            raise Refusal("midturn_switch")
+        if not forced_switches:
+            raise Refusal("forced_switch")
     active = (request.get("active") or [{}])[0]
     moves = active.get("moves", [])
     if len(moves) == 1 and moves[0].get("id") == "recharge":
@@ -444,10 +452,11 @@ async def build_states(hub: LeafHub, decision: str, fmt: str, states: list, us: 
         raise
 
 
-async def sample_states(hub: LeafHub, battle, k: int, seed: int) -> Belief:
-    """``k`` STATE dicts of this decision (our side exact, the opponent's drawn)."""
+async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches: bool = True) -> Belief:
+    """``k`` STATE dicts of this decision (our side exact, the opponent's drawn);
+    ``forced_switches``: as :func:`refuse_early`."""
     request = battle.last_request
-    refuse_early(battle, request)
+    refuse_early(battle, request, forced_switches)
     proto = Protocol(battle)
     ours = our_side(battle, request, proto)
     known = known_opponents(battle, proto)

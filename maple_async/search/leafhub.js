@@ -24,6 +24,8 @@
 //          "activeTurns", "terastallized": type}
 // FIELD = {"weather", "weatherDuration", "weatherSource", "weatherElapsed", "terrain",
 //          "terrainDuration", "terrainSource", "terrainElapsed", "pseudoWeather": {id: {fields}}}
+// An active Pokémon patched to 0 HP fainted in the turn that ended: the state asks its side for a
+// switch (the other side's choice is "wait"), and a leaf plays the switch-ins and the next turn's start.
 // Timers the caller cannot see are drawn here by the effect's own rules, with the state's PRNG:
 // "statusSeen" n (sleep: turns it failed to move) starts the status as the game does and keeps a
 // draw whose timer outlasts n; a volatile's {"seen": n} the same (confusion: failed turns;
@@ -99,11 +101,19 @@ function sourcePokemon(battle, [sideId, index]) {
 // A timer the caller cannot see, drawn by the effect's own rule (its duration, durationCallback
 // and onStart, on the battle's PRNG) until it outlasts what was seen; then what was seen is
 // taken off it.
+// A durationCallback's arguments as Showdown passes them: the field's (source, effect), a
+// side's (its active Pokémon, source, effect), a Pokémon's (target, source, effect).
+function durationOf(battle, effect, target, source) {
+  if (target === battle.field) return effect.durationCallback.call(battle, source, null);
+  if (battle.sides.includes(target)) return effect.durationCallback.call(battle, target.active[0], source, null);
+  return effect.durationCallback.call(battle, target, source || target, null);
+}
+
 function drawn(battle, effect, target, fields, seen, source, start) {
   for (let tries = 0; tries < 64; tries++) {
     const state = effectState(battle, effect.id, target, fields);
     if (effect.duration) state.duration = effect.duration;
-    if (effect.durationCallback) state.duration = effect.durationCallback.call(battle, target, source || target, null);
+    if (effect.durationCallback) state.duration = durationOf(battle, effect, target, source);
     if (start && effect.onStart) {
       const prev = battle.effectState;
       battle.effectState = state;
@@ -140,12 +150,19 @@ function patchPokemon(battle, pokemon, p) {
     pokemon.hp = p.hp;
   }
   if (pokemon.hp === 0 && !pokemon.fainted) {
-    need(!pokemon.isActive, `${pokemon.name} is active with 0 HP: a forced switch is not built`);
     pokemon.fainted = true;
     pokemon.status = '';
     pokemon.side.pokemonLeft--;
+    if (pokemon.isActive) {  // fainted in the turn that ended: as faintMessages and checkFainted leave it
+      pokemon.clearVolatile(false);
+      pokemon.isActive = false;
+      pokemon.isStarted = false;
+      pokemon.status = 'fnt';
+      pokemon.switchFlag = true;
+      pokemon.side.faintedThisTurn = pokemon;
+    }
   }
-  if (p.status !== undefined) {
+  if (p.status !== undefined && !pokemon.fainted) {
     const id = p.status ? condition(battle, p.status, 'status') : '';
     pokemon.status = id;
     if (id && p.statusSeen !== undefined) {
@@ -429,11 +446,14 @@ function agreement(dex, set, m) {
 // A drawn set with the revealed facts written over it (a no-op where it agrees).
 function revealed(dex, set, m) {
   const out = {...set, name: m.name || set.name, level: m.level || set.level};
-  // The generator picks a cosmetic forme at random; the state keeps the one Showdown showed.
+  // The state keeps the forme Showdown showed: the generator picks some at random (cosmetic ones,
+  // Polteageist-Antique, Pikachu's caps: getForme), and a battle-only one is what the battle made
+  // of it (Mimikyu-Busted's Disguise is gone; the sets are its base forme's).
   const seen = dex.species.get(m.species);
   const drawn = dex.species.get(set.species);
-  if (seen.exists && seen.id !== drawn.id && seen.baseSpecies === drawn.baseSpecies &&
-      (seen.isCosmeticForme || drawn.isCosmeticForme)) out.species = seen.name;
+  if (seen.exists && seen.id !== drawn.id && seen.baseSpecies === drawn.baseSpecies) {
+    out.species = seen.name;
+  }
   if (m.gender !== undefined) out.gender = m.gender;
   const ids = out.moves.map((x) => dex.moves.get(x).id);
   const known = m.moves || [];
@@ -498,7 +518,14 @@ function build(msg) {
       patchField(battle, st.field || {});
       if (st.turn !== undefined) battle.turn = st.turn;
       refreshActive(battle);
-      battle.makeRequest('move');
+      if (battle.sides.some((side) => side.active[0].switchFlag)) {
+        // a faint's switch at the end of a turn: the switch-ins, then the next turn starts
+        need(battle.sides.every((side) => side.pokemonLeft > 0), 'a side with nothing left');
+        battle.midTurn = true;
+        battle.makeRequest('switch');
+      } else {
+        battle.makeRequest('move');
+      }
       const ser = State.serializeBattle(battle);
       ser.log = [];  // a leaf's lines are the whole log of its copy
       ser.sentLogPos = 0;
@@ -521,7 +548,7 @@ function build(msg) {
 // Every choice the side's request allows, in Showdown's own words ("move 2 terastallize").
 function legalChoices(side) {
   const req = side.activeRequest;
-  if (!req || req.wait) return [];
+  if (!req || req.wait) return [WAIT];
   const switches = [];
   req.side.pokemon.forEach((p, j) => {
     if (!p.active && !p.condition.endsWith(' fnt') && !p.reviving) switches.push(`switch ${j + 1}`);
@@ -559,6 +586,9 @@ function value(battle, usIndex) {
   return (sideScore(us) - sideScore(them)) / (2 * n);
 }
 
+// The choice of a side whose request is to wait (the other side's Pokémon fainted).
+const WAIT = 'wait';
+
 function choose(battle, side, choice, whose) {
   if (!side.choose(choice)) {
     throw new BadRequest(`${whose} choice '${choice}' refused: ${side.choice.error}`);
@@ -575,7 +605,8 @@ function leaf(decision, spec) {
   const us = battle.sides[st.usIndex];
   const them = battle.sides[1 - st.usIndex];
   choose(battle, us, ours, 'our');
-  choose(battle, them, theirs, 'their');
+  if (theirs !== WAIT) choose(battle, them, theirs, 'their');
+  need(battle.allChoicesDone(), `their choice '${theirs}' leaves a choice to make`);
   battle.commitChoices();
   for (let i = 0; !battle.ended && battle.requestState === 'switch'; i++) {
     need(i < MAX_MIDTURN, `more than ${MAX_MIDTURN} mid-turn requests in one turn`);

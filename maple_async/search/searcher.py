@@ -181,7 +181,9 @@ class Searcher:
             n_ours = 9  # a request the belief refuses below
         states, replies_n = self.plan(n_ours)
         with metered() as meter:
-            belief = await sample_states(self.hub, battle, states, seed)
+            # a switch after a faint: the agent's value head judges the switch-ins; the
+            # network-free value (HP left) cannot tell them apart, so its player's own choice plays
+            belief = await sample_states(self.hub, battle, states, seed, forced_switches=self.value is not None)
         self.stats.relaxed += belief.relaxed
         fmt = battle.format or battle.battle_tag.split("-")[1]
         value = self.value.decision(battle) if self.value is not None else None
