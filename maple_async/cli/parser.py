@@ -206,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "published curves count them), e.g. 1e6,2e6,4e6,6e6,1e7")
     cu.add_argument("--battles", type=int, default=300, help="battles per checkpoint and opponent")
     cu.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as in training)")
+    cu.add_argument("--search", action="store_true",
+                    help="each checkpoint searches its decisions on Showdown's simulator, its value head scoring "
+                         "the leaves (rows 'OPPONENT [agent+search]', apart from the plain ones; singles; "
+                         "search.* keys)")
     add_config_flags(cu, skip=("--opponent",))
 
     rp = sub.add_parser("report", help="draw a run's learning curves and evaluation table (PNG or HTML)")
