@@ -211,10 +211,12 @@ def outside_config(args) -> config_mod.Config:
 def _outside(args, label: str) -> int:
     from ..tools.serve import run_outside
     cfg = outside_config(args)
+    search = _search_config(args, cfg)
     check_teams(cfg)
     return run_async(run_outside(cfg, label, args.checkpoint or args.policy, n_battles=args.battles,
                                  server=args.server, credentials=args.credentials, username=args.username,
-                                 login_url=args.login_url, replays=args.replays, greedy=args.greedy))
+                                 login_url=args.login_url, replays=args.replays, greedy=args.greedy,
+                                 search=search))
 
 
 def cmd_serve(args) -> int:

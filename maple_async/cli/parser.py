@@ -78,6 +78,10 @@ def add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
     p.add_argument("--device", default="cpu", help="inference device (cpu, cuda, auto)")
     p.add_argument("--replays", default=None, metavar="DIR", help="write each battle as a replay into DIR")
     p.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
+    p.add_argument("--search", action="store_true",
+                   help="the checkpoint searches each decision on Showdown's simulator, its value head scoring "
+                        "the leaves (singles; not with --policy; no search.* flags here: the checkpoint "
+                        "config's search section, the defaults unless it set them)")
 
 
 def build_parser() -> argparse.ArgumentParser:
