@@ -80,6 +80,51 @@ async def test_serve_accepts_four_challenges_at_once(showdown_url, checkpoint, t
     assert len(list((tmp_path / "replays").glob("*-vs-chal*.html"))) == 4
 
 
+@pytest.fixture(scope="module")
+def gen4_checkpoint(tmp_path_factory):
+    run = tmp_path_factory.mktemp("ckpt4")
+    cfg = C.load(None, {"train.run_dir": str(run), "network.hidden_size": 32,
+                        "runner.battle_format": "gen4randombattle", "train.tensorboard": False})
+    LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).save_checkpoint()
+    return str(run / "latest.pt")
+
+
+async def test_serve_with_search_searches_its_decisions(showdown_url, gen4_checkpoint, tmp_path):
+    from poke_env.player import RandomPlayer
+    from poke_env.ps_client import AccountConfiguration, ServerConfiguration
+
+    from maple_async.server import websocket_url
+
+    name = f"srch{tmp_path.name[-6:]}"[:18]
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "serve", "--checkpoint", gen4_checkpoint, "--server", showdown_url, "--username", name,
+        "--battles", "2", "--search", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out = []
+    try:
+        while True:  # the agent is logged in before anyone challenges it
+            line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
+            out.append(line)
+            assert line, "".join(out)
+            if "[serve] logged in as" in line:
+                break
+        challenger = RandomPlayer(
+            account_configuration=AccountConfiguration(f"chs{tmp_path.name[-6:]}"[:18], None),
+            server_configuration=ServerConfiguration(websocket_url(showdown_url), None),
+            battle_format="gen4randombattle", max_concurrent_battles=2, loop=asyncio.get_running_loop())
+        await asyncio.wait_for(challenger.send_challenges(name, 2), 900)
+        rest, _ = await asyncio.wait_for(proc.communicate(), 120)
+        out.append(rest.decode())
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    text = "".join(out)
+    assert proc.returncode == 0, text
+    assert challenger.n_finished_battles == 2
+    assert len(re.findall(r"\[serve\] battle-gen4randombattle-\d+ vs chs", text)) == 2, text
+    line = next(x for x in text.splitlines() if x.startswith("[serve] agent+search: searched"))
+    assert float(line.split("searched ")[1].split("%")[0]) > 0, line
+
+
 def test_serve_errors_are_one_line(showdown_url, checkpoint, tmp_path, monkeypatch):
     monkeypatch.delenv("MAPLE_SHOWDOWN_USERNAME", raising=False)
     bad = tmp_path / "bad.pt"

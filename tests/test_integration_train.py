@@ -136,3 +136,39 @@ def test_an_opponent_schedule_replaces_the_lanes_at_its_decisions(showdown_url, 
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert rows[0].get("games/max_power") and not rows[0].get("games/self")
     assert rows[-1].get("games/self") and int(rows[-1]["decisions"]) > 300
+
+
+def test_curve_with_search_keeps_its_rows_apart_from_the_plain_ones(showdown_url, tmp_path):
+    """``curve --search``: the searched checkpoints' rows carry their own opponent key, so the
+    cache skips them on a second call and a plain curve still plays its own rows."""
+    run_dir = tmp_path / "run"
+    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
+                "--runner.battle_format", "gen4randombattle", "--train.total_battles", "32",
+                "--train.replay_every", "0")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert len(list((run_dir / "checkpoints").glob("weights_*.pt"))) >= 2  # 2 updates: two points
+    curve = ("curve", str(run_dir), "--minutes", "0,100", "--opponents", "random", "--battles", "2",
+             "--server", showdown_url, "--runner.concurrency", "2")
+    c = run_cli(*curve, "--search", timeout=1200)
+    assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-3000:]
+    assert "2 to play (0 already in" in c.stdout
+    rows = list(csv.DictReader(open(run_dir / "curve.csv")))
+    assert [r["opponent"] for r in rows] == ["random [agent+search]"] * 2
+    assert {r["label"] for r in rows} == {"held out"}
+    stats = [x for x in c.stdout.splitlines()
+             if x.startswith("[curve] update ") and " vs random [agent+search]: searched " in x]
+    assert len(stats) == 2, c.stdout[-3000:]
+    assert max(float(x.split(": searched ")[1].split("%")[0]) for x in stats) > 0, stats
+
+    again = run_cli(*curve, "--search")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "0 to play (2 already in" in again.stdout
+    plain = run_cli(*curve, timeout=600)
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+    assert "2 to play (0 already in" in plain.stdout
+    assert "searched" not in plain.stdout
+    rows = list(csv.DictReader(open(run_dir / "curve.csv")))
+    assert sorted(r["opponent"] for r in rows) == ["random"] * 2 + ["random [agent+search]"] * 2
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tags = set(EventAccumulator(str(run_dir / "tb")).Reload().Tags()["scalars"])
+    assert {"curve/random", "curve_search/random"} <= tags, tags

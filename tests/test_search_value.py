@@ -191,6 +191,22 @@ def test_search_flags_are_refused_in_one_line(tmp_path):
     assert e.returncode == 2 and "'search.prior_weight' must be <= 1" in e.stderr, e.stderr[-2000:]
 
 
+def test_search_on_serve_ladder_and_curve_is_refused_in_one_line(tmp_path):
+    def refused(p) -> str:
+        lines = [x for x in p.stderr.splitlines() if x.strip()]
+        assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("maple-async: error: "), p.stderr
+        return lines[0]
+
+    assert "--search needs our own network" in refused(run_cli("serve", "--policy", "x:y", "--search"))
+    assert "--search needs our own network" in refused(run_cli("ladder", "--policy", "x:y", "--search"))
+    path = _checkpoint(tmp_path)
+    for command in ("serve", "ladder"):
+        assert "gen9randomdoublesbattle is a doubles format" in refused(
+            run_cli(command, "--checkpoint", path, "--format", "gen9randomdoublesbattle", "--search"))
+    assert "gen9randomdoublesbattle is a doubles format" in refused(
+        run_cli("curve", str(tmp_path), "--search", "--runner.battle_format", "gen9randomdoublesbattle"))
+
+
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 async def test_a_killed_leaf_process_costs_one_search_and_the_policy_plays(showdown_url):

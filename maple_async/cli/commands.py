@@ -120,7 +120,7 @@ def _search_config(args, cfg):
     """``--search``: the config's ``search`` section, or None without ``--search``."""
     if not args.search:
         return None
-    if args.policy:
+    if getattr(args, "policy", None):  # curve has no --policy
         raise UserError("--search needs our own network (its value head scores the leaves), not --policy")
     for fmt in config_mod.formats(cfg.runner.battle_format):
         opponents.search_format(fmt)
@@ -178,6 +178,7 @@ def cmd_curve(args) -> int:
     cfg = load_config(args)
     if args.battles < 1 or args.points < 1:
         raise UserError("--battles and --points must be >= 1")
+    search = _search_config(args, cfg)
     against = opponents.baseline_list(args.opponents)
     if sum(bool(a) for a in (args.minutes, args.sides, args.decisions)) > 1:
         raise UserError("give one of --minutes, --sides and --decisions")
@@ -188,7 +189,7 @@ def cmd_curve(args) -> int:
     curve.fill_decisions(run_dir / "curve.csv", saved)  # points played before the decisions axis
     points = curve.select(saved, minutes, args.points, sides, decisions)
     check_teams(cfg)
-    return run_async(curve.run_curve(cfg, run_dir, points, against, args.battles, args.greedy))
+    return run_async(curve.run_curve(cfg, run_dir, points, against, args.battles, args.greedy, search=search))
 
 
 def cmd_report(args) -> int:
@@ -210,10 +211,12 @@ def outside_config(args) -> config_mod.Config:
 def _outside(args, label: str) -> int:
     from ..tools.serve import run_outside
     cfg = outside_config(args)
+    search = _search_config(args, cfg)
     check_teams(cfg)
     return run_async(run_outside(cfg, label, args.checkpoint or args.policy, n_battles=args.battles,
                                  server=args.server, credentials=args.credentials, username=args.username,
-                                 login_url=args.login_url, replays=args.replays, greedy=args.greedy))
+                                 login_url=args.login_url, replays=args.replays, greedy=args.greedy,
+                                 search=search))
 
 
 def cmd_serve(args) -> int:

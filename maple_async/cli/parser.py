@@ -78,6 +78,10 @@ def add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
     p.add_argument("--device", default="cpu", help="inference device (cpu, cuda, auto)")
     p.add_argument("--replays", default=None, metavar="DIR", help="write each battle as a replay into DIR")
     p.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
+    p.add_argument("--search", action="store_true",
+                   help="the checkpoint searches each decision on Showdown's simulator, its value head scoring "
+                        "the leaves (singles; not with --policy; no search.* flags here: the checkpoint "
+                        "config's search section, the defaults unless it set them)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "published curves count them), e.g. 1e6,2e6,4e6,6e6,1e7")
     cu.add_argument("--battles", type=int, default=300, help="battles per checkpoint and opponent")
     cu.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as in training)")
+    cu.add_argument("--search", action="store_true",
+                    help="each checkpoint searches its decisions on Showdown's simulator, its value head scoring "
+                         "the leaves (rows 'OPPONENT [agent+search]', apart from the plain ones; singles; "
+                         "search.* keys)")
     add_config_flags(cu, skip=("--opponent",))
 
     rp = sub.add_parser("report", help="draw a run's learning curves and evaluation table (PNG or HTML)")

@@ -1,6 +1,7 @@
 """``maple-async curve RUN_DIR``: a run's saved checkpoints evaluated against baselines, as a
 learning curve by training minutes, battle sides and decisions (``RUN_DIR/curve.csv``, TensorBoard
-``curve/<opponent>``, drawn by ``maple-async report``).
+``curve/<opponent>``, drawn by ``maple-async report``); with ``--search`` each checkpoint searches
+its decisions, in rows of their own.
 
 The training metrics only show opponents in the mix; this is how a held-out opponent's
 win rate is followed through a run, and how two runs are compared at equal wall time, at
@@ -150,6 +151,15 @@ def done(rows: list[dict], update: int, opponent: str, battles: int) -> bool:
                for r in rows)
 
 
+def key_of(opponent: str, search: bool) -> str:
+    """``curve.csv``'s opponent: the searched agent's rows apart from the plain ones of the same
+    opponent (``done``, the table, the report)."""
+    if not search:
+        return opponent
+    from ..collect.search_agent import NAME
+    return f"{opponent} [{NAME}]"
+
+
 def row_of(point: Point, res, label: str) -> dict:
     lo, hi = res.ci95
     return {"update": point.update, "battle_sides": point.sides, "decisions": point.decisions,
@@ -183,18 +193,23 @@ def table(rows: list[dict]) -> list[str]:
 
 
 async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str], n_battles: int,
-                    greedy: bool = False) -> int:
+                    greedy: bool = False, search=None) -> int:
     """Play each point against each opponent not yet in ``curve.csv``, appending a row as
-    each finishes, then print the table of the chosen points."""
+    each finishes, then print the table of the chosen points. ``search``: a
+    :class:`~maple_async.config.SearchConfig`: each checkpoint searches its decisions (its rows
+    are ``<opponent> [agent+search]``, TensorBoard ``curve_search/<opponent>``)."""
+    from ..collect.agent import Agent
     from ..learn.metrics import MetricsLog
     from ..run.process import setup_process
     from ..showdown import showdown_for
-    from .evaluate import evaluate_config, policy_from_checkpoint, training_label
+    from .evaluate import evaluate_config, policy_from_checkpoint, searching, training_label
 
     device = setup_process(cfg)
     out = run_dir / "curve.csv"
     rows = read_rows(out)
-    todo = [(p, o) for p in points for o in opponents if not done(rows, p.update, o, n_battles)]
+    keys = {o: key_of(o, search is not None) for o in opponents}
+    tag = "curve_search" if search is not None else "curve"
+    todo = [(p, o) for p in points for o in opponents if not done(rows, p.update, keys[o], n_battles)]
     print(f"[curve] {len(points)} checkpoints x {len(opponents)} opponents, {n_battles} battles each: "
           f"{len(todo)} to play ({len(points) * len(opponents) - len(todo)} already in {out})", flush=True)
     tb = MetricsLog(run_dir, cfg.train.tensorboard, quiet=True) if todo else None
@@ -206,20 +221,24 @@ async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str
                     loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=greedy,
                                                                battle_format=cfg.runner.battle_format)}
                 policy, ckpt_cfg = loaded[p.update]
-                res = await evaluate_config(cfg, policy, server.url, o, n_battles, cfg.runner.concurrency)
+                make_agent = searching(search, ckpt_cfg) if search is not None else Agent
+                res = await evaluate_config(cfg, policy, server.url, o, n_battles, cfg.runner.concurrency,
+                                            label=keys[o], make_agent=make_agent)
                 label = training_label(o, ckpt_cfg.train)
                 rows.append(row_of(p, res, label))
                 append_row(out, rows[-1])
                 if tb is not None:
-                    tb.scalars(p.update, {f"curve/{o}": res.win_rate})
+                    tb.scalars(p.update, {f"{tag}/{o}": res.win_rate})
                 print(f"[curve] update {p.update} ({p.minutes:.1f} min, {p.sides} sides, "
-                      f"{p.decisions / 1e6:.2f}M decisions) vs {o} ({label}): "
+                      f"{p.decisions / 1e6:.2f}M decisions) vs {keys[o]} ({label}): "
                       f"{res.summary()}", flush=True)
+                if res.note:
+                    print(f"[curve] update {p.update} vs {keys[o]}: {res.note}", flush=True)
     finally:
         if tb is not None:
             tb.close()
     chosen = {p.update for p in points}
     print("\n".join("[curve] " + line for line in table(
-        [r for r in rows if int(r["update"]) in chosen and r["opponent"] in opponents])))
+        [r for r in rows if int(r["update"]) in chosen and r["opponent"] in keys.values()])))
     print(f"[curve] {out}; drawn by maple-async report {run_dir}")
     return 0

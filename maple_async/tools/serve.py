@@ -12,7 +12,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from poke_env.data.normalize import to_id_str
 
@@ -54,9 +54,12 @@ class Session:
 
 
 def open_session(cfg, policy, url: str, creds: Credentials, concurrency: int, teams,
-                 replays: Optional[str], login_url: Optional[str], label: str) -> Session:
+                 replays: Optional[str], login_url: Optional[str], label: str,
+                 make_agent: Callable[..., Agent] = Agent) -> Session:
+    """``make_agent``: builds the agent (a :class:`~maple_async.collect.search_agent.SearchAgent`
+    searches)."""
     remote = not is_loopback(url)
-    agent = Agent(policy, cfg.batcher, name=label)
+    agent = make_agent(policy, cfg.batcher, name=label)
     fast = fast_kwargs(cfg.runner)
     if remote:  # one message per send, spaced by throttle_sends
         fast["coalesce"] = False
@@ -191,9 +194,11 @@ def outside_config(checkpoint: Optional[str], *, server: Optional[str], fmt: Opt
 async def run_outside(cfg, label: str, spec: str, *, n_battles: int, server: Optional[str] = None,
                       credentials: Optional[str] = None, username: Optional[str] = None,
                       login_url: Optional[str] = None, replays: Optional[str] = None,
-                      greedy: bool = False) -> int:
+                      greedy: bool = False, search=None) -> int:
     """``serve`` or ``ladder`` (``label``): log the agent of ``spec`` (a checkpoint or an outside
-    policy) in (a managed loopback server unless ``server``), play, print its summary."""
+    policy) in (a managed loopback server unless ``server``), play, print its summary.
+    ``search``: a :class:`~maple_async.config.SearchConfig`: the checkpoint searches its
+    decisions (:func:`~maple_async.tools.evaluate.searching`); its line is printed at the end."""
     from ..inference.outside import policy_for, until_failed
     from ..pokeenv.accounts import DEFAULT_LOGIN_URL, credentials_for
     from ..pokeenv.players import run_id
@@ -203,25 +208,35 @@ async def run_outside(cfg, label: str, spec: str, *, n_battles: int, server: Opt
 
     creds = credentials_for(server or "127.0.0.1", credentials, username or f"maple{run_id()}")
     device = setup_process(cfg)
-    policy, _ = policy_for(spec, device, greedy=greedy, battle_format=cfg.runner.battle_format)
+    policy, ckpt_cfg = policy_for(spec, device, greedy=greedy, battle_format=cfg.runner.battle_format)
+    make_agent = Agent
+    if search is not None:
+        from .evaluate import searching
+        make_agent = searching(search, ckpt_cfg)
     teams = for_config(cfg)
     # A real server: a ladder and challenges from people are the point of these commands.
     async with server_for(cfg.server) as running:
         session = open_session(cfg, policy, running.url, creds, cfg.runner.concurrency, teams,
-                               replays, login_url or DEFAULT_LOGIN_URL, label)
-        if label == "serve":
-            try:
-                await until_failed(serve(session, n_battles, cfg.runner.battle_timeout_s), [policy])
-            finally:  # Ctrl-C is how a serve without --battles ends: say what it played
-                r = session.player.results
-                print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T", flush=True)
-        else:
-            r = await until_failed(ladder(session, n_battles, cfg.runner.battle_timeout_s), [policy])
-            rating = (f"rating {r['rating']} on the server's {cfg.runner.battle_format} ladder "
-                      f"({r['rating_start']} before the first battle)" if r["rating"] is not None
-                      else "the server reported no rating (its ladder may be disabled)")
-            print(f"[ladder] {creds.username}: {r['won']}W/{r['lost']}L/{r['tied']}T in "
-                  f"{r['won'] + r['lost'] + r['tied']} battles; {rating}")
+                               replays, login_url or DEFAULT_LOGIN_URL, label, make_agent)
+        try:
+            if label == "serve":
+                try:
+                    await until_failed(serve(session, n_battles, cfg.runner.battle_timeout_s), [policy])
+                finally:  # Ctrl-C is how a serve without --battles ends: say what it played
+                    r = session.player.results
+                    print(f"[serve] done: {r['won']}W/{r['lost']}L/{r['tied']}T", flush=True)
+            else:
+                r = await until_failed(ladder(session, n_battles, cfg.runner.battle_timeout_s), [policy])
+                rating = (f"rating {r['rating']} on the server's {cfg.runner.battle_format} ladder "
+                          f"({r['rating_start']} before the first battle)" if r["rating"] is not None
+                          else "the server reported no rating (its ladder may be disabled)")
+                print(f"[ladder] {creds.username}: {r['won']}W/{r['lost']}L/{r['tied']}T in "
+                      f"{r['won'] + r['lost'] + r['tied']} battles; {rating}")
+        finally:  # the leaf process goes with the session, however it ended
+            if search is not None:
+                from ..collect.search_agent import NAME
+                await session.agent.close_search()
+                print(f"[{label}] {NAME}: {session.agent.search_stats.line()}", flush=True)
     if replays:
         print(f"[{label}] replays in {replays}")
     return 0
