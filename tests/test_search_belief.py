@@ -180,3 +180,16 @@ def test_a_transformed_active_is_refused():
     with pytest.raises(Refusal) as r:
         belief.volatiles(Pokemon(gen=4, species="mew"), "p2", "Mew", belief.Protocol(battle), 4)
     assert r.value.reason == "transform"
+
+
+def test_a_gen3_faint_before_the_residual_leaves_the_residual_to_come():
+    class B:
+        def __init__(self, gen, data):
+            self.gen, self._replay_data = gen, data
+    before = [["", "turn", "5"], ["", "move", "p2a: Snorlax", "Body Slam", "p1a: Jolteon"], ["", "faint", "p1a: Jolteon"]]
+    after = before + [["", "-weather", "Sandstorm", "[upkeep]"], ["", "upkeep"]]
+    forced = {"forceSwitch": [True]}
+    assert belief.residual_pending(B(3, before), forced, belief.Protocol(B(3, before)))
+    assert not belief.residual_pending(B(3, after), forced, belief.Protocol(B(3, after)))
+    assert not belief.residual_pending(B(4, before), forced, belief.Protocol(B(4, before)))
+    assert not belief.residual_pending(B(3, before), {"active": [{}]}, belief.Protocol(B(3, before)))

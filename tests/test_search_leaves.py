@@ -258,3 +258,28 @@ async def test_field_and_side_timers_without_a_source_run_out_by_their_rules(fmt
         assert leaf.error is None, leaf.error
         assert "|-fieldend|move: Trick Room" in leaf.lines
         assert re.search(r"\|-sideend\|p1: us\|(move: )?Reflect", leaf.lines), leaf.lines
+
+
+@pytest.mark.parametrize("residual", [True, False])
+async def test_gen3_runs_the_turns_residual_after_a_faints_switch(residual):
+    # Gens 1-3 ask for the switch before the residual; a sandstorm then hits the switch-in.
+    us = side("us", [JOLTEON, BLISSEY], [{"hp": 0}])
+    them = side("them", [GARCHOMP, HEATRAN])
+    st = state(us, them, field={"weather": "sandstorm", "weatherDuration": 3}, **({"residual": True} if residual else {}))
+    async with LeafHub() as hub:
+        await hub.build("gen3", "gen3randombattle", [st])
+        (leaf,) = await hub.leaves("gen3", [(0, "switch 2", "wait", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert ("[from] Sandstorm" in leaf.lines) == residual, leaf.lines
+
+
+async def test_a_switch_in_counts_the_fainted_for_supreme_overlord():
+    kingambit = mon("Kingambit", "Supreme Overlord", "Leftovers",
+                    ["Kowtow Cleave", "Sucker Punch", "Iron Head", "Swords Dance"], tera="Dark")
+    us = side("us", [JOLTEON, kingambit, BLISSEY], [{"hp": 0}, None, {"hp": 0}])
+    them = side("them", [GARCHOMP, HEATRAN])
+    async with LeafHub() as hub:
+        await hub.build("overlord", "gen9randombattle", [state(us, them)])
+        (leaf,) = await hub.leaves("overlord", [(0, "switch 2", "wait", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-activate|p1a: Kingambit|ability: Supreme Overlord" in leaf.lines, leaf.lines

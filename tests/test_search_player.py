@@ -174,3 +174,10 @@ async def test_a_tiny_budget_plays_one_state_and_one_reply(showdown_url):
     # one state, one reply: a leaf per choice of ours (4 moves and 5 switches at most in gen 4)
     assert stats.leaves <= 9 * stats.searched, stats.line()
     assert "ms of compute" in stats.line()
+
+
+def test_a_decision_whose_opponent_waits_plans_one_reply():
+    s = Searcher(None, SearchConfig(states=2, replies=6, budget_ms=300))
+    s.state_ms, s.leaf_ms = 10.0, 10.0
+    assert s.plan(5) == (1, 3)  # replies priced in: two states of three cost 320
+    assert s.plan(5, 1) == (2, 1)  # the opponent waits: both states, its one choice

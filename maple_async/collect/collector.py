@@ -321,6 +321,7 @@ class Collector:
                 self._print(f"[train] server fault: abandoning {in_flight} in-flight battle sides "
                             f"(partial trajectories dropped, finished ones kept); recovering the server")
                 self.faults += 1
+                self._switch = False  # the lanes started after the fault play the new mix already
                 await self._stop_lanes(lanes, tasks, forfeit=False)
                 lanes, tasks = [], []
                 await server.recover()

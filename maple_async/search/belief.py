@@ -452,6 +452,15 @@ async def build_states(hub: LeafHub, decision: str, fmt: str, states: list, us: 
         raise
 
 
+def residual_pending(battle, request: dict, proto: Protocol) -> bool:
+    """Gens 1-3 ask for a faint's switch before the turn's residual (Showdown's runAction): the
+    switch-ins, then the residual (Leftovers, weather, poison), then the next turn."""
+    if battle.gen > 3 or not request.get("forceSwitch"):
+        return False
+    turn = proto.last(lambda m: m[1] == "turn")
+    return proto.count(lambda m: m[1] == "upkeep", turn) == 0
+
+
 async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches: bool = True) -> Belief:
     """``k`` STATE dicts of this decision (our side exact, the opponent's drawn);
     ``forced_switches``: as :func:`refuse_early`."""
@@ -495,5 +504,7 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
                 fld.pop(key, None)
         state = {"seed": [(seed * 7919 + j * 104729 + i * 31) & 0xFFFF for i in range(4)],
                  "turn": battle.turn, role: us, opp: theirs, "field": fld}
+        if residual_pending(battle, request, proto):
+            state["residual"] = True
         states.append(state)
     return Belief(states, relaxed=relaxed)

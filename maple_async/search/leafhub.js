@@ -13,7 +13,8 @@
 //   any request that cannot be served -> {"id", "ok": false, "error": reason}; the process goes on.
 // On start the process writes {"ready": true}; it exits when stdin closes (the parent died).
 //
-// STATE = {"seed": SEED, "turn": n, "p1": SIDE, "p2": SIDE, "field": FIELD}
+// STATE = {"seed": SEED, "turn": n, "p1": SIDE, "p2": SIDE, "field": FIELD, "residual": bool}
+//         ("residual": gens 1-3, a faint's switch asked before the turn's residual: it runs after)
 // SIDE  = {"name", "team": [Showdown set objects], "active": index into team (0 by default),
 //          (a set may carry "fit": {hp, atk, def, spa, spd, spe} and "fitHpPower": n in place of
 //          its EVs and IVs: the spread nearest the random formats' that gives those stats),
@@ -153,6 +154,7 @@ function patchPokemon(battle, pokemon, p) {
     pokemon.fainted = true;
     pokemon.status = '';
     pokemon.side.pokemonLeft--;
+    pokemon.side.totalFainted++;  // Supreme Overlord, Last Respects
     if (pokemon.isActive) {  // fainted in the turn that ended: as faintMessages and checkFainted leave it
       pokemon.clearVolatile(false);
       pokemon.isActive = false;
@@ -522,6 +524,7 @@ function build(msg) {
         // a faint's switch at the end of a turn: the switch-ins, then the next turn starts
         need(battle.sides.every((side) => side.pokemonLeft > 0), 'a side with nothing left');
         battle.midTurn = true;
+        if (st.residual) battle.queue.addChoice({choice: 'residual'});  // gens 1-3: the faint came first
         battle.makeRequest('switch');
       } else {
         battle.makeRequest('move');

@@ -115,14 +115,16 @@ class Searcher:
         self._starting = asyncio.Lock()
         self.state_ms, self.leaf_ms = STATE_MS, LEAF_MS  # compute per state and per leaf, measured
 
-    def plan(self, n_ours: int) -> tuple[int, int]:
+    def plan(self, n_ours: int, n_theirs: Optional[int] = None) -> tuple[int, int]:
         """(states, replies) whose compute fits ``budget_ms`` by the costs measured so far: the
-        opponent's replies shrink first (to 3), then the states, then the replies to 1."""
+        opponent's replies shrink first (to 3), then the states, then the replies to 1.
+        ``n_theirs``: the opponent's choices when known to be fewer (1: it waits)."""
         cfg = self.config
+        top = min(cfg.replies, n_theirs) if n_theirs else cfg.replies
         if not cfg.budget_ms:
-            return cfg.states, cfg.replies
-        floor = min(3, cfg.replies)
-        steps = ([(cfg.states, r) for r in range(cfg.replies, floor - 1, -1)]
+            return cfg.states, top
+        floor = min(3, top)
+        steps = ([(cfg.states, r) for r in range(top, floor - 1, -1)]
                  + [(m, floor) for m in range(cfg.states - 1, 0, -1)]
                  + [(1, r) for r in range(floor - 1, 0, -1)])
         for m, r in steps:
@@ -175,11 +177,14 @@ class Searcher:
         """Our choice for the battle's current request; raises Refusal or a LeafHubError."""
         t0 = time.perf_counter()
         seed = int(self._rng.integers(1 << 62))
+        request = battle.last_request or {}
         try:
-            n_ours = len(legal_choices(battle.last_request))
+            n_ours = len(legal_choices(request))
         except (KeyError, IndexError, TypeError):
             n_ours = 9  # a request the belief refuses below
-        states, replies_n = self.plan(n_ours)
+        theirs = battle.opponent_active_pokemon
+        waits = bool(request.get("forceSwitch")) and not (theirs is not None and theirs.fainted)
+        states, replies_n = self.plan(n_ours, 1 if waits else None)
         with metered() as meter:
             # a switch after a faint: the agent's value head judges the switch-ins; the
             # network-free value (HP left) cannot tell them apart, so its player's own choice plays
