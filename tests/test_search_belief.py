@@ -99,7 +99,7 @@ class Recorder(RandomPlayer):
         return self.choose_random_singles_move(battle)
 
 
-@pytest.mark.parametrize("fmt", ["gen4randombattle", "gen9randombattle"])
+@pytest.mark.parametrize("fmt", ["gen1randombattle", "gen3randombattle", "gen4randombattle", "gen9randombattle"])
 async def test_sampled_states_keep_what_showdown_showed(showdown_url, fmt):
     async with LeafHub() as hub:
         tag = run_id()
