@@ -32,46 +32,54 @@ def one_error_line(p) -> str:
     return lines[0]
 
 
-async def test_serve_accepts_four_challenges_at_once(showdown_url, checkpoint, tmp_path):
+async def serve_and_challenge(url, checkpoint, name, challenger, fmt, n, *flags, login_s=60, play_s=180,
+                              watch=None):
+    """``serve`` a checkpoint as ``name``; once it is logged in, a RandomPlayer ``challenger``
+    sends it ``n`` challenges (``watch(player)``: a coroutine beside them). Returns the
+    process's exit code, its output and the challenger."""
     from poke_env.player import RandomPlayer
     from poke_env.ps_client import AccountConfiguration, ServerConfiguration
 
     from maple_async.server import websocket_url
 
-    name = f"served{tmp_path.name[-6:]}"[:18]
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "serve", "--checkpoint", checkpoint, "--server", showdown_url, "--username", name,
-        "--battles", "4", "--replays", str(tmp_path / "replays"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        *CLI, "serve", "--checkpoint", checkpoint, "--server", url, "--username", name, "--battles", str(n),
+        *flags, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out = []
     try:
         while True:  # the agent is logged in before anyone challenges it
-            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+            line = (await asyncio.wait_for(proc.stdout.readline(), login_s)).decode()
             out.append(line)
             assert line, "".join(out)
             if "[serve] logged in as" in line:
                 break
-        challenger = RandomPlayer(
-            account_configuration=AccountConfiguration(f"chal{tmp_path.name[-6:]}"[:18], None),
-            server_configuration=ServerConfiguration(websocket_url(showdown_url), None),
-            battle_format="gen9randombattle", max_concurrent_battles=4, loop=asyncio.get_running_loop())
-        in_flight = []
-
-        async def watch():
-            while True:
-                in_flight.append(sum(not b.finished for b in challenger.battles.values()))
-                await asyncio.sleep(0.02)
-
-        watcher = asyncio.create_task(watch())
-        await asyncio.wait_for(challenger.send_challenges(name, 4), 180)
-        watcher.cancel()
-        rest, _ = await asyncio.wait_for(proc.communicate(), 60)
+        player = RandomPlayer(account_configuration=AccountConfiguration(challenger, None),
+                              server_configuration=ServerConfiguration(websocket_url(url), None),
+                              battle_format=fmt, max_concurrent_battles=n, loop=asyncio.get_running_loop())
+        watcher = asyncio.create_task(watch(player)) if watch is not None else None
+        await asyncio.wait_for(player.send_challenges(name, n), play_s)
+        if watcher is not None:
+            watcher.cancel()
+        rest, _ = await asyncio.wait_for(proc.communicate(), 120)
         out.append(rest.decode())
     finally:
         if proc.returncode is None:
             proc.kill()
-    text = "".join(out)
-    assert proc.returncode == 0, text
+    return proc.returncode, "".join(out), player
+
+
+async def test_serve_accepts_four_challenges_at_once(showdown_url, checkpoint, tmp_path):
+    in_flight = []
+
+    async def watch(challenger):
+        while True:
+            in_flight.append(sum(not b.finished for b in challenger.battles.values()))
+            await asyncio.sleep(0.02)
+
+    code, text, challenger = await serve_and_challenge(
+        showdown_url, checkpoint, f"served{tmp_path.name[-6:]}"[:18], f"chal{tmp_path.name[-6:]}"[:18],
+        "gen9randombattle", 4, "--replays", str(tmp_path / "replays"), watch=watch)
+    assert code == 0, text
     assert challenger.n_finished_battles == 4
     assert len(re.findall(r"\[serve\] battle-gen9randombattle-\d+ vs chal", text)) == 4, text
     won, lost, tied = map(int, re.search(r"\[serve\] done: (\d+)W/(\d+)L/(\d+)T", text).groups())
@@ -90,35 +98,10 @@ def gen4_checkpoint(tmp_path_factory):
 
 
 async def test_serve_with_search_searches_its_decisions(showdown_url, gen4_checkpoint, tmp_path):
-    from poke_env.player import RandomPlayer
-    from poke_env.ps_client import AccountConfiguration, ServerConfiguration
-
-    from maple_async.server import websocket_url
-
-    name = f"srch{tmp_path.name[-6:]}"[:18]
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, "serve", "--checkpoint", gen4_checkpoint, "--server", showdown_url, "--username", name,
-        "--battles", "2", "--search", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out = []
-    try:
-        while True:  # the agent is logged in before anyone challenges it
-            line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-            out.append(line)
-            assert line, "".join(out)
-            if "[serve] logged in as" in line:
-                break
-        challenger = RandomPlayer(
-            account_configuration=AccountConfiguration(f"chs{tmp_path.name[-6:]}"[:18], None),
-            server_configuration=ServerConfiguration(websocket_url(showdown_url), None),
-            battle_format="gen4randombattle", max_concurrent_battles=2, loop=asyncio.get_running_loop())
-        await asyncio.wait_for(challenger.send_challenges(name, 2), 900)
-        rest, _ = await asyncio.wait_for(proc.communicate(), 120)
-        out.append(rest.decode())
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-    text = "".join(out)
-    assert proc.returncode == 0, text
+    code, text, challenger = await serve_and_challenge(
+        showdown_url, gen4_checkpoint, f"srch{tmp_path.name[-6:]}"[:18], f"chs{tmp_path.name[-6:]}"[:18],
+        "gen4randombattle", 2, "--search", login_s=120, play_s=900)
+    assert code == 0, text
     assert challenger.n_finished_battles == 2
     assert len(re.findall(r"\[serve\] battle-gen4randombattle-\d+ vs chs", text)) == 2, text
     line = next(x for x in text.splitlines() if x.startswith("[serve] agent+search: searched"))
