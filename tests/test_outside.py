@@ -320,3 +320,12 @@ def test_report_draws_the_curve_by_decisions_beside_the_published_points(tmp_pat
     (tmp_path / "run" / "config.yaml").write_text("runner:\n  battle_format: gen9randombattle\n")
     ax = next(a for a in report.draw(tmp_path / "run")[0].axes if a.get_xlabel().startswith("decisions"))
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["this run vs heuristics (held out, 95% CI)"]
+
+
+def test_curve_keeps_greedy_and_searched_rows_apart_from_sampled_ones():
+    from maple_async.tools import curve
+    rows = [{"update": "5", "opponent": "heuristics", "battles": "1000"}]
+    keys = [curve.key_of("heuristics", s, g) for s in (False, True) for g in (False, True)]
+    assert keys == ["heuristics", "heuristics [greedy]", "heuristics [agent+search]",
+                    "heuristics [agent+search] [greedy]"]
+    assert [curve.done(rows, 5, k, 1000) for k in keys] == [True, False, False, False]

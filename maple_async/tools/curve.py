@@ -151,13 +151,12 @@ def done(rows: list[dict], update: int, opponent: str, battles: int) -> bool:
                for r in rows)
 
 
-def key_of(opponent: str, search: bool) -> str:
-    """``curve.csv``'s opponent: the searched agent's rows apart from the plain ones of the same
-    opponent (``done``, the table, the report)."""
-    if not search:
-        return opponent
+def key_of(opponent: str, search: bool, greedy: bool = False) -> str:
+    """``curve.csv``'s opponent: the searched and the greedy (argmax) agent's rows apart from the
+    sampled ones of the same opponent (``done``, the table, the report)."""
     from ..collect.search_agent import NAME
-    return f"{opponent} [{NAME}]"
+    tags = [t for t, on in ((NAME, search), ("greedy", greedy)) if on]
+    return opponent + "".join(f" [{t}]" for t in tags)
 
 
 def row_of(point: Point, res, label: str) -> dict:
@@ -207,8 +206,8 @@ async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str
     device = setup_process(cfg)
     out = run_dir / "curve.csv"
     rows = read_rows(out)
-    keys = {o: key_of(o, search is not None) for o in opponents}
-    tag = "curve_search" if search is not None else "curve"
+    keys = {o: key_of(o, search is not None, greedy) for o in opponents}
+    tag = "curve" + ("_search" if search is not None else "") + ("_greedy" if greedy else "")
     todo = [(p, o) for p in points for o in opponents if not done(rows, p.update, keys[o], n_battles)]
     print(f"[curve] {len(points)} checkpoints x {len(opponents)} opponents, {n_battles} battles each: "
           f"{len(todo)} to play ({len(points) * len(opponents) - len(todo)} already in {out})", flush=True)
