@@ -25,7 +25,7 @@ from ..config import Config
 from ..inference.league import LeaguePolicy
 from ..inference.policy import InferencePolicy, resolve_device
 from ..learn import networks as nets
-from ..opponents import mix_names, parse_opponent_schedule
+from ..opponents import parse_opponent_schedule
 from ..pokeenv.players import fast_kwargs, request_round
 from ..pokeenv.replays import ReplayWriter
 from ..teams import for_formats
@@ -61,14 +61,15 @@ class Collector:
                                      cfg.train.replay_every, cfg.train.replay_keep)
                         if cfg.train.replay_every else None)
         # the schedule's first mix; the learner's messages carry the next (``apply``)
-        self.mix = mix if mix is not None else parse_opponent_schedule(cfg.train.opponents)[0][1]
+        stages = [(0, mix)] if mix is not None else parse_opponent_schedule(cfg.train.opponents)
+        self.mix = stages[0][1]
         self.opponents: dict = dict(opponents or {})
         # validated once per process (the main one checks first): each listed format's teams
         self.formats = for_formats(cfg)
         # the networks' device is the config's (every process resolves it the same way)
         device = resolve_device(cfg.runner.device) if device is None else device
         self.league_policy: Optional[LeaguePolicy] = None
-        if "league" in self.mix or (mix is None and "league" in mix_names(cfg.train.opponents)):
+        if any("league" in m for _, m in stages):
             seed = cfg.runner.seed
             self.league_policy = LeaguePolicy(lambda: nets.for_config(cfg), device,
                                               rng=random.Random(None if seed is None else seed + 17))

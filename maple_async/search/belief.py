@@ -480,6 +480,7 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
         raise
     role, opp = battle.player_role, battle.opponent_role
     base_field = field_state(battle, proto)
+    residual = residual_pending(battle, request, proto)
     states = []
     for j, team in enumerate(teams):
         patches = [opponent_patch(mon, name, opp, proto, battle, team[i])
@@ -504,7 +505,7 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
                 fld.pop(key, None)
         state = {"seed": [(seed * 7919 + j * 104729 + i * 31) & 0xFFFF for i in range(4)],
                  "turn": battle.turn, role: us, opp: theirs, "field": fld}
-        if residual_pending(battle, request, proto):
+        if residual:
             state["residual"] = True
         states.append(state)
     return Belief(states, relaxed=relaxed)
