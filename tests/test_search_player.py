@@ -185,3 +185,83 @@ def test_a_decision_whose_opponent_waits_plans_one_reply():
     s.state_ms, s.leaf_ms = 10.0, 10.0
     assert s.plan(5) == (1, 3)  # replies priced in: two states of three cost 320
     assert s.plan(5, 1) == (2, 1)  # the opponent waits: both states, its one choice
+
+
+class _FakeValue:
+    """A decision's value without a network: the leaves' own values, and a given prior."""
+
+    def __init__(self, prior):
+        self._prior = prior
+
+    def prior(self, choices):
+        import numpy as np
+        return np.array([self._prior.get(c, 0.0) for c in choices])
+
+    def __call__(self, leaves):
+        import numpy as np
+        from maple_async.search.value import LeafValues
+        v = np.array([np.nan if leaf.error else leaf.value for leaf in leaves])
+        return LeafValues(values=v, scores=v)
+
+
+def test_the_policys_likeliest_choices_are_searched_likeliest_first():
+    import numpy as np
+    s = Searcher(None, SearchConfig(actions=2))
+    ours = ["move 1", "move 2", "move 3", "switch 2"]
+    assert s._rows(ours, np.array([0.1, 0.2, 0.6, 0.1])) == [2, 1]
+    assert s._rows(ours, None) == [0, 1, 2, 3]  # no network: every choice
+    assert Searcher(None, SearchConfig(actions=0))._rows(ours, np.array([0.1, 0.2, 0.6, 0.1])) == [2, 1, 0, 3]
+    assert Searcher(None, SearchConfig(actions=9))._rows(ours, np.array([0.1, 0.2, 0.6, 0.1])) == [2, 1, 0, 3]
+
+
+def test_threats_keep_the_replies_worst_for_us_and_put_failed_ones_last():
+    from maple_async.search.leaves import BuiltState, Leaf
+    built = [BuiltState({}, [], ["move 1", "move 2", "switch 2", "move 3"])]
+    specs = [(0, "move 1", b, [0]) for b in ["move 1", "move 2", "switch 2", "move 3", "move 3"]]
+    leaves = [Leaf(value=v) for v in (0.5, -0.2, 0.1, 0.0, 0.0)]
+    leaves[1] = Leaf(error="not allowed")
+    scores = [0.5, float("nan"), 0.1, -0.4, 0.0]
+    assert Searcher._threats([0], built, specs, leaves, scores, 2) == {0: ["move 3", "switch 2"]}
+    assert Searcher._threats([0], built, specs, leaves, scores, 9) == {0: ["move 3", "switch 2", "move 1", "move 2"]}
+
+
+def test_a_ranked_plan_prices_the_first_pass():
+    s = Searcher(None, SearchConfig(states=2, replies=6, budget_ms=300))
+    s.state_ms, s.leaf_ms = 10.0, 2.0
+    assert s.plan(4) == (2, 6)  # 2 x (10 + 4 x 6 x 2) = 116
+    assert s.plan(4, ranked=True) == (2, 6)  # 2 x (10 + (9 + 3 x 6) x 2) = 128
+    s.leaf_ms = 6.0
+    assert s.plan(4) == (2, 5)  # 2 x (10 + 20 x 6) = 260; six replies: 308
+    assert s.plan(4, ranked=True) == (2, 4)  # 2 x (10 + (9 + 3 x 4) x 6) = 272; five: 308
+    s.leaf_ms = 12.0
+    assert s.plan(4, ranked=True) == (1, 3)  # one state: 10 + (9 + 9) x 12 = 226
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_network_searches_its_likeliest_choices_against_the_replies_that_hurt_most(monkeypatch):
+    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3) KOs; Gyarados's Earthquake
+    # (move 2) is what hurts Jolteon most. The prior likes Shadow Ball, then Thunderbolt.
+    state = {"seed": [1, 2, 3, 4], "turn": 5,
+             "p1": {"name": "us", "team": [JOLTEON, BLISSEY], "teraUsed": True},
+             "p2": {"name": "them", "team": [GYARADOS, SKARMORY], "pokemon": [{"hpFraction": 0.6}],
+                    "teraUsed": True}}
+    prior = {"move 1": 0.5, "move 3": 0.3, "move 2": 0.1, "move 4": 0.05, "switch 2": 0.05}
+    chosen = []
+    threats = Searcher._threats
+    monkeypatch.setattr(Searcher, "_threats", staticmethod(lambda *a: chosen.append(threats(*a)) or chosen[-1]))
+    async with LeafHub() as hub:
+        searcher = Searcher(hub, SearchConfig(states=1, replies=1, actions=2, reply_order="threat",
+                                              budget_ms=0), seed=3)
+        assert await searcher.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
+        assert chosen == [{0: ["move 2"]}], chosen
+        # the first pass: Shadow Ball against Gyarados's 5 choices; then Thunderbolt against 1
+        assert searcher.stats.leaves == 5 + 1
+        # one choice searched: the policy's likeliest plays, whatever the leaves say
+        one = Searcher(hub, SearchConfig(states=1, replies=2, actions=1, budget_ms=0), seed=3)
+        assert await one.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 1"
+        assert one.stats.leaves == 2
+        # slot order: no first pass, the opponent's first moves
+        slot = Searcher(hub, SearchConfig(states=1, replies=2, actions=2, budget_ms=0), seed=3)
+        assert await slot.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
+        assert slot.stats.leaves == 2 * 2

@@ -2,8 +2,10 @@
 -> a rule of :mod:`.choice` -> a Showdown choice string.
 
 Per decision: :func:`~.belief.sample_states` draws ``states`` states; ``leafhub.js`` builds them;
-per state every legal choice of ours meets at most ``replies`` of the opponent's (their moves
-first, then switches, then tera variants: a fixed, network-free order), each joint action played
+per state each choice of ours searched (all; with a network and ``actions`` N, the policy's N
+likeliest) meets at most ``replies`` of the opponent's: in ``slot`` order (their moves, then
+switches, then tera variants) or, by ``threat`` with a network, the ones that score worst for us
+when every choice of theirs is first played against our likeliest; each joint action played
 ``seeds`` times from a copy with a fresh seed; a cell of a state's table is the mean of its
 leaves' values: network-free by default (HP and Pokémon left, :class:`~.leaves.Leaf`), or a
 ``value`` object's (:class:`~.value.NetworkValue`: the agent's own value head, which also gives
@@ -33,6 +35,7 @@ from .leaves import LeafHub, LeafHubDied, LeafHubError, metered
 log = logging.getLogger("maple_async.search")
 # First guesses of a decision's compute (the 2-core VM, loaded); measured costs replace them.
 STATE_MS, LEAF_MS, EMA = 25.0, 5.0, 0.2
+THEIRS = 9  # the opponent's choices a ranked plan prices when it cannot know them (gen 4: 4 moves, 5 switches)
 
 
 
@@ -115,10 +118,12 @@ class Searcher:
         self._starting = asyncio.Lock()
         self.state_ms, self.leaf_ms = STATE_MS, LEAF_MS  # compute per state and per leaf, measured
 
-    def plan(self, n_ours: int, n_theirs: Optional[int] = None) -> tuple[int, int]:
+    def plan(self, n_ours: int, n_theirs: Optional[int] = None, ranked: bool = False) -> tuple[int, int]:
         """(states, replies) whose compute fits ``budget_ms`` by the costs measured so far: the
         opponent's replies shrink first (to 3), then the states, then the replies to 1.
-        ``n_theirs``: the opponent's choices when known to be fewer (1: it waits)."""
+        ``n_ours``: our choices searched; ``n_theirs``: the opponent's choices when known to be
+        fewer (1: it waits); ``ranked``: its replies are ranked by a first pass of all its
+        choices (about ``THEIRS`` when not known) against one of ours."""
         cfg = self.config
         top = min(cfg.replies, n_theirs) if n_theirs else cfg.replies
         if not cfg.budget_ms:
@@ -128,7 +133,8 @@ class Searcher:
                  + [(m, floor) for m in range(cfg.states - 1, 0, -1)]
                  + [(1, r) for r in range(floor - 1, 0, -1)])
         for m, r in steps:
-            if m * (self.state_ms + n_ours * r * cfg.seeds * self.leaf_ms) <= cfg.budget_ms:
+            leaves = (max(n_theirs or THEIRS, r) + (n_ours - 1) * r) if ranked else n_ours * r
+            if m * (self.state_ms + leaves * cfg.seeds * self.leaf_ms) <= cfg.budget_ms:
                 return m, r
         return 1, 1
 
@@ -184,7 +190,11 @@ class Searcher:
             n_ours = 9  # a request the belief refuses below
         theirs = battle.opponent_active_pokemon
         waits = bool(request.get("forceSwitch")) and not (theirs is not None and theirs.fainted)
-        states, replies_n = self.plan(n_ours, 1 if waits else None)
+        cfg = self.config
+        networked = self.value is not None
+        rows = min(n_ours, cfg.actions) if networked and cfg.actions else n_ours
+        states, replies_n = self.plan(rows, 1 if waits else None,
+                                      ranked=networked and cfg.reply_order == "threat" and not waits)
         with metered() as meter:
             # a switch after a faint: the agent's value head judges the switch-ins; the
             # network-free value (HP left) cannot tell them apart, so its player's own choice plays
@@ -209,10 +219,23 @@ class Searcher:
         cfg = self.config
         replies_n = replies_n or cfg.replies
         decision = f"{name}:{next(self._ids)}"
+        value_ms = 0.0
+
+        def scored(leaves):
+            nonlocal value_ms
+            t = time.perf_counter()
+            out = value(leaves).scores if value is not None else np.array([leaf.value for leaf in leaves])
+            value_ms += (time.perf_counter() - t) * 1000
+            return out
+
         with metered() as meter:
             built = await build_states(self.hub, decision, fmt, states, us)
             request = request or built[0].request
             ours = legal_choices(request)
+            prior = value.prior(ours) if value is not None else None
+            if prior is not None and prior.sum() <= 0:
+                prior = None  # the policy names none of our choices (a move the request words otherwise)
+            rows = self._rows(ours, prior)
             try:
                 kept = []
                 for k, b in enumerate(built):
@@ -225,28 +248,42 @@ class Searcher:
                         self.stats.states_dropped += 1
                 if not kept:
                     raise Refusal("our_choices", "no sampled state allows our real choices")
-                columns: list[str] = []
-                specs = []
-                for k in kept:
-                    theirs = replies(built[k].theirs, replies_n)
-                    columns += [c for c in theirs if c not in columns]
-                    for a in ours:
-                        for b in theirs:
-                            for _ in range(cfg.seeds):
-                                specs.append((k, a, b, [int(x) for x in self._rng.integers(0, 1 << 16, 4)]))
                 built_ms = sum(meter)
-                leaves = await self.hub.leaves(decision, specs)
+                specs, leaves, scores = [], [], []
+                ranked = (prior is not None and cfg.reply_order == "threat"
+                          and any(len(built[k].theirs) > replies_n for k in kept))
+                if ranked:  # every reply against our likeliest choice; the worst for us are kept
+                    first = self._specs([(k, ours[rows[0]], b) for k in kept for b in built[k].theirs])
+                    got = await self.hub.leaves(decision, first)
+                    first_scores = scored(got)
+                    chosen = self._threats(kept, built, first, got, first_scores, replies_n)
+                    for spec, leaf, score in zip(first, got, first_scores):
+                        if spec[2] in chosen[spec[0]]:
+                            specs.append(spec)
+                            leaves.append(leaf)
+                            scores.append(score)
+                else:
+                    chosen = {k: replies(built[k].theirs, replies_n) for k in kept}
+                rest = self._specs([(k, ours[a], b) for k in kept for a in rows[1 if ranked else 0:]
+                                    for b in chosen[k]])
+                if rest:
+                    got = await self.hub.leaves(decision, rest)
+                    specs += rest
+                    leaves += got
+                    scores += list(scored(got))
+                played = sum(meter) - built_ms
             finally:
                 await self.hub.drop(decision)
-        t_value = time.perf_counter()
-        scores = value(leaves).scores if value is not None else [leaf.value for leaf in leaves]
-        leaves_ms = sum(meter) - built_ms + (time.perf_counter() - t_value) * 1000
-        sums = np.zeros((len(kept), len(ours), len(columns)))
+        columns: list[str] = []
+        for k in kept:
+            columns += [c for c in chosen[k] if c not in columns]
+        sums = np.zeros((len(kept), len(rows), len(columns)))
         counts = np.zeros_like(sums)
         where = {k: i for i, k in enumerate(kept)}
+        row_of = {ours[a]: i for i, a in enumerate(rows)}
         for (k, a, b, _), leaf, score in zip(specs, leaves, scores):
             if leaf.error is None:
-                cell = (where[k], ours.index(a), columns.index(b))
+                cell = (where[k], row_of[a], columns.index(b))
                 sums[cell] += score
                 counts[cell] += 1
         if not counts.any():
@@ -254,12 +291,42 @@ class Searcher:
         with np.errstate(invalid="ignore"):
             tables = list(np.where(counts > 0, sums / np.maximum(counts, 1), np.nan))
         rule = getattr(rules, cfg.rule)
-        prior = value.prior(ours) if value is not None else None
-        if prior is not None and prior.sum() <= 0:
-            prior = None  # the policy names none of our choices (a move the request words otherwise)
+        row_prior = prior[rows] if prior is not None and prior[rows].sum() > 0 else None
         picked = rule(tables, rng=self._rng if cfg.rule == "equilibrium" else None,
-                      prior=prior, prior_weight=cfg.prior_weight if prior is not None else 0.0)
+                      prior=row_prior, prior_weight=cfg.prior_weight if row_prior is not None else 0.0)
+        n_leaves = (len(first) if ranked else 0) + len(rest)
         self.stats.searched += 1
-        self.stats.leaves += len(specs)
-        self._measured(len(states), sample_ms + built_ms, len(specs), leaves_ms)
-        return ours[picked.action]
+        self.stats.leaves += n_leaves
+        self._measured(len(states), sample_ms + built_ms, n_leaves, played + value_ms)
+        return ours[rows[picked.action]]
+
+    def _rows(self, ours: list[str], prior: Optional[np.ndarray]) -> list[int]:
+        """Our choices searched, as indices into ``ours``: with a prior and ``actions`` N, its
+        N likeliest (likeliest first); else all of them, in order."""
+        n = self.config.actions
+        if prior is None:
+            return list(range(len(ours)))
+        order = [int(i) for i in np.argsort(-prior, kind="stable")]
+        return order[:n] if n else order
+
+    def _specs(self, pairs) -> list:
+        """(state, ours, theirs) pairs as leaf specs, ``seeds`` each with a fresh seed."""
+        return [(k, a, b, [int(x) for x in self._rng.integers(0, 1 << 16, 4)])
+                for k, a, b in pairs for _ in range(self.config.seeds)]
+
+    @staticmethod
+    def _threats(kept, built, specs, leaves, scores, n: int) -> dict[int, list[str]]:
+        """Per state, the ``n`` replies whose first-pass leaves scored lowest for us (a reply
+        whose every leaf failed last; ties in :func:`replies`' order)."""
+        total: dict = collections.defaultdict(float)
+        count: dict = collections.defaultdict(int)
+        for (k, _, b, _), leaf, score in zip(specs, leaves, scores):
+            if leaf.error is None:
+                total[k, b] += score
+                count[k, b] += 1
+        chosen = {}
+        for k in kept:
+            order = replies(built[k].theirs, len(built[k].theirs))
+            mean = {b: total[k, b] / count[k, b] if count[k, b] else np.inf for b in order}
+            chosen[k] = sorted(order, key=lambda b: mean[b])[:n]  # sorted is stable
+        return chosen
