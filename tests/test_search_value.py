@@ -183,9 +183,20 @@ def test_play_with_search_prints_its_line(showdown_url):
     assert float(line.split("searched ")[1].split("%")[0]) > 0, line
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_an_outside_policy_searches_with_the_network_free_value(showdown_url, tmp_path):
+    (tmp_path / "pol.py").write_text("def policy():\n    return lambda obs, masks: masks.argmax(axis=1)\n")
+    e = run_cli("eval", "--policy", f"{tmp_path}/pol.py:policy", "--opponent", "random", "--battles", "2",
+                "--search", "--server", showdown_url, "--concurrency", "2",
+                "--runner.battle_format", "gen4randombattle", "--search.states", "1")
+    assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
+    assert "[eval] agent+search vs random" in e.stdout and "over 2 battles" in e.stdout, e.stdout[-3000:]
+    line = next(x for x in e.stdout.splitlines() if x.startswith("[eval] random: searched"))
+    assert float(line.split("searched ")[1].split("%")[0]) > 0, line
+
+
 def test_search_flags_are_refused_in_one_line(tmp_path):
-    e = run_cli("eval", "--policy", "x:y", "--search")
-    assert e.returncode == 2 and "--search needs our own network" in e.stderr
     e = run_cli("eval", "--checkpoint", "nowhere.pt", "--search", "--search.prior_weight", "1.5",
                 "--runner.battle_format", "gen4randombattle", "--config", "config/test.yaml")
     assert e.returncode == 2 and "'search.prior_weight' must be <= 1" in e.stderr, e.stderr[-2000:]
@@ -197,8 +208,6 @@ def test_search_on_serve_ladder_and_curve_is_refused_in_one_line(tmp_path):
         assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("maple-async: error: "), p.stderr
         return lines[0]
 
-    assert "--search needs our own network" in refused(run_cli("serve", "--policy", "x:y", "--search"))
-    assert "--search needs our own network" in refused(run_cli("ladder", "--policy", "x:y", "--search"))
     path = _checkpoint(tmp_path)
     for command in ("serve", "ladder"):
         assert "gen9randomdoublesbattle is a doubles format" in refused(

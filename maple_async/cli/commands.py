@@ -120,8 +120,6 @@ def _search_config(args, cfg):
     """``--search``: the config's ``search`` section, or None without ``--search``."""
     if not args.search:
         return None
-    if getattr(args, "policy", None):  # curve has no --policy
-        raise UserError("--search needs our own network (its value head scores the leaves), not --policy")
     for fmt in config_mod.formats(cfg.runner.battle_format):
         opponents.search_format(fmt)
     return cfg.search

@@ -80,8 +80,8 @@ def add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
     p.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
     p.add_argument("--search", action="store_true",
                    help="the checkpoint searches each decision on Showdown's simulator, its value head scoring "
-                        "the leaves (singles; not with --policy; no search.* flags here: the checkpoint "
-                        "config's search section, the defaults unless it set them)")
+                        "the leaves (a --policy: HP and Pokémon left score them; singles; no search.* flags "
+                        "here: the checkpoint config's search section, the defaults unless it set them)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
     pl.add_argument("--search", action="store_true",
                     help="the network searches each decision on Showdown's simulator, its value head scoring "
-                         "the leaves (singles; what search refuses the network plays; search.* keys)")
+                         "the leaves (a --policy: HP and Pokémon left score them; singles; what search refuses "
+                         "the network plays; search.* keys)")
     add_config_flags(pl)
 
     tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
@@ -145,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "policies can fall into deterministic switch loops)")
     ev.add_argument("--search", action="store_true",
                     help="the checkpoint searches each decision on Showdown's simulator, its value head "
-                         "scoring the leaves (row agent+search; singles; what search refuses the policy plays; "
-                         "search.* keys)")
+                         "scoring the leaves (a --policy: HP and Pokémon left score them; row agent+search; "
+                         "singles; what search refuses the policy plays; search.* keys)")
     add_config_flags(ev, skip=("--opponent",))
 
     be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")

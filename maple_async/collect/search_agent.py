@@ -7,7 +7,9 @@ observation, and then searched: the leaves are valued by the same network
 (:class:`~maple_async.search.value.NetworkValue`, from the hidden state the agent had before this decision) and
 the policy's probabilities are the search's prior. What the search refuses or fails, and a
 decision Showdown rejected once (poke-env asks again; the policy re-decides without the
-rejected action), plays the policy's own order: counted in ``search_stats`` by reason.
+rejected action), plays the policy's own order: counted in ``search_stats`` by reason. An
+outside policy (``--policy``) has no value head: its leaves keep their network-free values (HP
+and Pokémon left), with no prior, and a switch after a faint is its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Optional
 from poke_env.battle import DoubleBattle
 from poke_env.player.battle_order import DefaultBattleOrder
 
+from ..inference.outside import OutsidePolicy
 from ..search.leaves import LeafHub
 from ..search.player import ChoiceOrder
 from ..search.searcher import SearchConfig, Searcher
@@ -33,8 +36,10 @@ class SearchAgent(Agent):
     def __init__(self, policy, batcher_cfg, *, search_config: Optional[SearchConfig] = None,
                  value_reward=None, value_gamma: float = 0.99, search_seed: int = 0, **kwargs):
         super().__init__(policy, batcher_cfg, **kwargs)
-        self.searcher = Searcher(LeafHub(), search_config, search_seed,
-                                 value=NetworkValue(policy, self._hidden_before, value_reward, value_gamma))
+        # an outside policy has no value head: its leaves keep their network-free values
+        value = (None if isinstance(policy, OutsidePolicy)
+                 else NetworkValue(policy, self._hidden_before, value_reward, value_gamma))
+        self.searcher = Searcher(LeafHub(), search_config, search_seed, value=value)
 
     @property
     def search_stats(self):
