@@ -209,9 +209,9 @@ class SearchConfig:
     states: int = key(2, "sampled battle states per decision", gt=0)
     replies: int = key(6, "the opponent's replies per state at most (its moves first, then switches)", gt=0)
     seeds: int = key(1, "leaves per joint action, each turn played with a fresh seed", gt=0)
-    actions: int = key(0, "our choices searched with a network: the policy's most likely N, the rest keep "
+    actions: int = key(3, "our choices searched with a network: the policy's most likely N, the rest keep "
                           "their prior share; 0: all", ge=0)
-    reply_order: str = key("slot", "which replies a state keeps: 'threat' (with a network: each of the "
+    reply_order: str = key("threat", "which replies a state keeps: 'threat' (with a network: each of the "
                                    "opponent's choices first played against our likeliest one, the worst "
                                    "for us kept) or 'slot' (its moves, then switches)", choices=REPLY_ORDERS)
     rule: str = key("maxmin", "how the payoff tables choose: max-min, their mixed equilibrium, or the "
