@@ -137,6 +137,9 @@ class PPOConfig:
     entropy_coef: float = key(0.01, "weight of the entropy bonus", ge=0)
     entropy_schedule: str = key("constant", "constant, or linear decay to 10% of entropy_coef over the "
                                             "run's budget (as lr_schedule)", choices=("constant", "linear"))
+    entropy_target: float = key(0.0, "a floor on the policy's entropy in nats: after an update whose mean "
+                                     "entropy fell below it, the bonus's weight grows by 10% (up to 0.2), "
+                                     "and above it shrinks back towards entropy_coef; 0: off", ge=0)
     max_grad_norm: float = key(0.5, "gradient norm clip", gt=0)
     epochs: int = key(4, "passes over each batch of trajectories", gt=0)
     minibatch_sequences: int = key(32, "sequences (battles or chunks) per minibatch", gt=0)
@@ -344,6 +347,9 @@ def validate(cfg: Config) -> Config:
     if cfg.server.url is not None and cfg.server.transport == "simulator":
         raise ConfigError("config key 'server.url' names a server, but server.transport is simulator "
                           "(battles in Showdown's own processes, no server): drop one of them")
+    if cfg.ppo.entropy_target > 0 and cfg.ppo.entropy_coef <= 0:
+        raise ConfigError("config key 'ppo.entropy_target' moves the entropy bonus's weight from "
+                          "ppo.entropy_coef, which is 0: give it a weight to start from (e.g. 0.01)")
     check_battle_format(cfg.runner.battle_format)
     parse_opponent_schedule(cfg.train.opponents)
     parse_eval_opponents(cfg.train.eval_opponents)

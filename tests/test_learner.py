@@ -290,3 +290,27 @@ def test_real_steps_only_give_the_padded_forward(kind):
         grads.append([p.grad.clone() for p in net.parameters() if p.grad is not None])
     for ga, gb in zip(*grads):
         torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-5)
+
+
+def test_an_entropy_floor_raises_the_bonus_below_it_and_lowers_it_back_above(tmp_path):
+    from maple_async import config as C
+    learner = Learner(nets.build("mlp", hidden_size=8), PPOConfig(entropy_coef=0.01, entropy_target=50.0))
+    rng = np.random.default_rng(0)
+    weights = [learner.update([fake_traj(rng, 4)])["entropy_coef"] for _ in range(3)]
+    assert weights == pytest.approx([0.01, 0.011, 0.0121])  # entropy is far below 50 nats
+    state = learner.state_dict()
+    again = Learner(nets.build("mlp", hidden_size=8), PPOConfig(entropy_coef=0.01, entropy_target=50.0))
+    again.load_state_dict(state)  # a resumed run keeps the weight it had reached
+    assert again.update([fake_traj(rng, 4)])["entropy_coef"] == pytest.approx(0.01331)
+    for _ in range(60):
+        m = again.update([fake_traj(rng, 4)])
+    assert m["entropy_coef"] == pytest.approx(0.2)  # the ceiling
+    again.cfg.entropy_target = 0.01  # now above the floor: back down, never under entropy_coef
+    for _ in range(60):
+        m = again.update([fake_traj(rng, 4)])
+    assert m["entropy_coef"] == pytest.approx(0.01)
+    plain = Learner(nets.build("mlp", hidden_size=8), PPOConfig(entropy_coef=0.01))
+    assert [plain.update([fake_traj(rng, 4)])["entropy_coef"] for _ in range(2)] == pytest.approx([0.01, 0.01])
+    with pytest.raises(C.ConfigError, match="ppo.entropy_target"):
+        C.load(None, {"ppo.entropy_target": 0.4, "ppo.entropy_coef": 0.0})
+    assert C.load(None, {"ppo.entropy_target": 0.4}).ppo.entropy_target == 0.4

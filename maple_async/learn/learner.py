@@ -33,6 +33,8 @@ from ..config import PPOConfig
 from ..obs.features import Features, derive
 from .networks import PolicyNetwork, masked_logits
 
+ENTROPY_STEP, ENTROPY_COEF_MAX = 1.1, 0.2  # ppo.entropy_target's step per update, and its ceiling
+
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float):
     """GAE for one finished battle: no bootstrap after the last step (it is terminal)."""
@@ -140,6 +142,7 @@ class Learner:
         self.total_updates = max(total_updates, 1)
         self.updates = 0
         self.entropy_coef = cfg.entropy_coef  # the schedule moves it each update
+        self.entropy_boost = 1.0  # ppo.entropy_target's factor on the schedule's weight
         # Minibatch order: from torch's global stream, which runner.seed seeds.
         self.generator = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, ()).item()))
 
@@ -187,7 +190,7 @@ class Learner:
         cfg, net = self.cfg, self.network
         progress = self.updates / self.total_updates if progress is None else progress
         lr = lr_scale * self.lr_at(progress)
-        self.entropy_coef = self.entropy_coef_at(progress)
+        self.entropy_coef = self.entropy_coef_at(progress) * self.entropy_boost
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         net.train()
@@ -216,7 +219,17 @@ class Learner:
             update_s=time.perf_counter() - t0,
         )
         metrics["samples_per_s"] = metrics["steps"] * epochs / metrics["update_s"]
+        self._hold_entropy(metrics["entropy"], self.entropy_coef_at(progress))
         return metrics
+
+    def _hold_entropy(self, entropy: float, base: float) -> None:
+        """``ppo.entropy_target``: the next update's weight 10% higher after an update below
+        the floor (at most ``ENTROPY_COEF_MAX``), 10% lower above it (never under ``base``)."""
+        target = self.cfg.entropy_target
+        if target <= 0 or base <= 0 or not math.isfinite(entropy):
+            return
+        step = ENTROPY_STEP if entropy < target else 1.0 / ENTROPY_STEP
+        self.entropy_boost = min(max(self.entropy_boost * step, 1.0), ENTROPY_COEF_MAX / base)
 
     def _minibatches(self, ro: Rollout, chunks: list, epochs: int):
         """Per epoch: chunk-start states with the current weights, then the chunks shuffled
@@ -321,12 +334,13 @@ class Learner:
     # -- checkpoint state ------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "updates": self.updates}
+                "updates": self.updates, "entropy_boost": self.entropy_boost}
 
     def load_state_dict(self, state: dict) -> None:
         self.network.load_state_dict(state["network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
+        self.entropy_boost = float(state.get("entropy_boost", 1.0))  # checkpoints before the floor
 
     def weights_cpu(self) -> dict:
         """A detached CPU copy of the weights, safe to hand to another thread or process."""
