@@ -13,6 +13,7 @@
 
 import asyncio
 import pickle
+import os
 import shutil
 import subprocess
 import sys
@@ -194,6 +195,20 @@ def test_an_outside_policy_searches_with_the_network_free_value(showdown_url, tm
     assert "[eval] agent+search vs random" in e.stdout and "over 2 battles" in e.stdout, e.stdout[-3000:]
     line = next(x for x in e.stdout.splitlines() if x.startswith("[eval] random: searched"))
     assert float(line.split("searched ")[1].split("%")[0]) > 0, line
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_eval_with_search_plays_the_same_checkpoint_without_search(showdown_url, tmp_path):
+    path = _checkpoint(tmp_path)
+    e = run_cli("eval", "--checkpoint", path, "--opponents", f"random,{path}", "--battles", "2", "--search",
+                "--server", showdown_url, "--concurrency", "2", "--search.states", "1")
+    assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
+    name = os.path.basename(path)
+    rows = [x for x in e.stdout.splitlines() if x.startswith("[eval] ") and " vs " in x]
+    assert any(x.startswith(f"[eval] agent+search vs {name} (checkpoint)") for x in rows), rows
+    assert any(x.startswith("[eval] agent+search vs random") for x in rows), rows
+    assert any(x.startswith(f"[eval] {name} vs random") for x in rows), rows  # the plain agent's own row
 
 
 def test_search_flags_are_refused_in_one_line(tmp_path):

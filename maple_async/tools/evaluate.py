@@ -256,7 +256,8 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
     against every baseline and every later checkpoint, in every format of the config: a row
     printed as each finishes, then the ratings (``json_path`` ``-``: only the JSON, on stdout).
     ``search``: a :class:`~maple_async.search.searcher.SearchConfig`: ``player`` searches its
-    decisions with its own value head (its rows are ``agent+search``)."""
+    decisions with its own value head (its rows are ``agent+search``); ``player`` among
+    ``opponents`` then plays as itself without search (against it and every baseline)."""
     from ..inference.outside import policy_for
     from ..pokeenv.replays import ReplayWriter
     from ..run.process import setup_process
@@ -265,14 +266,19 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
     device = setup_process(cfg)
     baselines = [o for o in opponents if o.is_baseline]
     checkpoints = list(dict.fromkeys([player] + [o.spec for o in opponents if not o.is_baseline]))
+    # with --search, the player named among the opponents plays as itself without search
+    plain = f"{player} (no search)" if search is not None and player in [o.spec for o in opponents] else None
     short = {c: Path(c).name for c in checkpoints}
     if len(set(short.values())) < len(short):
         short = {c: c for c in checkpoints}
+    if plain is not None:
+        short[plain] = short[player]
+        checkpoints.append(plain)
     if search is not None:
         from ..collect.search_agent import NAME
         short[player] = NAME
-    loaded = {c: policy_for(c, device, greedy=greedy, battle_format=cfg.runner.battle_format)
-              for c in checkpoints}
+    loaded = {c: policy_for(player if c == plain else c, device, greedy=greedy,
+                            battle_format=cfg.runner.battle_format) for c in checkpoints}
     table = EvalTable()
     quiet = json_path == "-"
     replays = ReplayWriter(replays_dir) if replays_dir else None
