@@ -212,8 +212,8 @@ class SearchConfig:
     states: int = key(2, "sampled battle states per decision", gt=0)
     replies: int = key(6, "the opponent's replies per state at most (its moves first, then switches)", gt=0)
     seeds: int = key(1, "leaves per joint action, each turn played with a fresh seed", gt=0)
-    actions: int = key(3, "our choices searched with a network: the policy's most likely N, the rest keep "
-                          "their prior share; 0: all", ge=0)
+    actions: int = key(3, "our choices searched with a network: the policy's most likely N (only they can "
+                          "be chosen; the prior is renormalised over them); 0: all", ge=0)
     reply_order: str = key("threat", "which replies a state keeps: 'threat' (with a network: each of the "
                                    "opponent's choices first played against our likeliest one, the worst "
                                    "for us kept) or 'slot' (its moves, then switches)", choices=REPLY_ORDERS)

@@ -309,6 +309,13 @@ def test_an_entropy_floor_raises_the_bonus_below_it_and_lowers_it_back_above(tmp
     for _ in range(60):
         m = again.update([fake_traj(rng, 4)])
     assert m["entropy_coef"] == pytest.approx(0.01)
+    again.cfg.entropy_target = 50.0
+    for _ in range(60):
+        again.update([fake_traj(rng, 4)])
+    again.cfg.entropy_target = 0.0  # resumed with the floor off: the carried factor is not applied
+    assert again.update([fake_traj(rng, 4)])["entropy_coef"] == pytest.approx(0.01)
+    big = Learner(nets.build("mlp", hidden_size=8), PPOConfig(entropy_coef=0.3, entropy_target=50.0))
+    assert [big.update([fake_traj(rng, 4)])["entropy_coef"] for _ in range(2)] == pytest.approx([0.3, 0.3])
     plain = Learner(nets.build("mlp", hidden_size=8), PPOConfig(entropy_coef=0.01))
     assert [plain.update([fake_traj(rng, 4)])["entropy_coef"] for _ in range(2)] == pytest.approx([0.01, 0.01])
     with pytest.raises(C.ConfigError, match="ppo.entropy_target"):

@@ -229,39 +229,58 @@ def test_a_ranked_plan_prices_the_first_pass():
     s = Searcher(None, SearchConfig(states=2, replies=6, budget_ms=300))
     s.state_ms, s.leaf_ms = 10.0, 2.0
     assert s.plan(4) == (2, 6)  # 2 x (10 + 4 x 6 x 2) = 116
-    assert s.plan(4, ranked=True) == (2, 6)  # 2 x (10 + (9 + 3 x 6) x 2) = 128
+    assert s.plan(4, ranked=True) == (2, 6)  # 2 x (10 + (9 + 4 x 6) x 2) = 152
     s.leaf_ms = 6.0
     assert s.plan(4) == (2, 5)  # 2 x (10 + 20 x 6) = 260; six replies: 308
-    assert s.plan(4, ranked=True) == (2, 4)  # 2 x (10 + (9 + 3 x 4) x 6) = 272; five: 308
+    assert s.plan(4, ranked=True) == (2, 3)  # 2 x (10 + (9 + 4 x 3) x 6) = 272; four: 320
+    assert s.plan(4, 13, ranked=True) == (1, 3)  # gen 9's tera moves priced: two states of three: 320
     s.leaf_ms = 12.0
-    assert s.plan(4, ranked=True) == (1, 3)  # one state: 10 + (9 + 9) x 12 = 226
+    assert s.plan(4, ranked=True) == (1, 3)  # one state: 10 + (9 + 12) x 12 = 262
+
+
+def test_their_choices_count_moves_tera_and_the_bench_left():
+    from types import SimpleNamespace as NS
+    from maple_async.search.searcher import their_choices
+    team = {f"p2: {i}": NS(fainted=i < 2) for i in range(5)}
+    assert their_choices(NS(gen=4, opponent_used_tera=False, opponent_team=team)) == 4 + 3
+    assert their_choices(NS(gen=9, opponent_used_tera=False, opponent_team=team)) == 8 + 3
+    assert their_choices(NS(gen=9, opponent_used_tera=True, opponent_team={})) == 4 + 5
 
 
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 async def test_a_network_searches_its_likeliest_choices_against_the_replies_that_hurt_most(monkeypatch):
-    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3) KOs; Gyarados's Earthquake
-    # (move 2) is what hurts Jolteon most. The prior likes Shadow Ball, then Thunderbolt.
+    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3) KOs it. The prior likes
+    # Thunderbolt, then Shadow Ball (move 1): not our first choice, so the first pass shows
+    # whose row it plays.
     state = {"seed": [1, 2, 3, 4], "turn": 5,
              "p1": {"name": "us", "team": [JOLTEON, BLISSEY], "teraUsed": True},
              "p2": {"name": "them", "team": [GYARADOS, SKARMORY], "pokemon": [{"hpFraction": 0.6}],
                     "teraUsed": True}}
-    prior = {"move 1": 0.5, "move 3": 0.3, "move 2": 0.1, "move 4": 0.05, "switch 2": 0.05}
-    chosen = []
+    prior = {"move 3": 0.5, "move 1": 0.3, "move 2": 0.1, "move 4": 0.05, "switch 2": 0.05}
+    chosen, played = [], []
     threats = Searcher._threats
     monkeypatch.setattr(Searcher, "_threats", staticmethod(lambda *a: chosen.append(threats(*a)) or chosen[-1]))
     async with LeafHub() as hub:
+        leaves = hub.leaves
+
+        async def recorded(decision, specs):
+            played.append(sorted({a for _, a, _, _ in specs}))
+            return await leaves(decision, specs)
+
+        monkeypatch.setattr(hub, "leaves", recorded)
         searcher = Searcher(hub, SearchConfig(states=1, replies=1, actions=2, reply_order="threat",
                                               budget_ms=0), seed=3)
         assert await searcher.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
-        assert chosen == [{0: ["move 2"]}], chosen
-        # the first pass: Shadow Ball against Gyarados's 5 choices; then Thunderbolt against 1
-        assert searcher.stats.leaves == 5 + 1
-        # one choice searched: the policy's likeliest plays, whatever the leaves say
+        assert played[0] == ["move 3"] and played[1] == ["move 1", "move 3"], played  # likeliest first
+        assert len(chosen) == 1 and len(chosen[0][0]) == 1, chosen  # one reply kept, by the first pass
+        # the first pass: Thunderbolt against Gyarados's 5 choices; then both rows afresh against 1
+        assert searcher.stats.leaves == 5 + 2
+        # one choice searched: the policy's likeliest plays, no leaf played
         one = Searcher(hub, SearchConfig(states=1, replies=2, actions=1, budget_ms=0), seed=3)
-        assert await one.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 1"
-        assert one.stats.leaves == 2
+        assert await one.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
+        assert one.stats.leaves == 0 and one.stats.searched == 1
         # slot order: no first pass, the opponent's first moves
-        slot = Searcher(hub, SearchConfig(states=1, replies=2, actions=2, budget_ms=0), seed=3)
+        slot = Searcher(hub, SearchConfig(states=1, replies=2, actions=2, reply_order="slot", budget_ms=0), seed=3)
         assert await slot.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
         assert slot.stats.leaves == 2 * 2

@@ -190,7 +190,7 @@ class Learner:
         cfg, net = self.cfg, self.network
         progress = self.updates / self.total_updates if progress is None else progress
         lr = lr_scale * self.lr_at(progress)
-        self.entropy_coef = self.entropy_coef_at(progress) * self.entropy_boost
+        self.entropy_coef = self._with_floor(self.entropy_coef_at(progress))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         net.train()
@@ -222,6 +222,14 @@ class Learner:
         self._hold_entropy(metrics["entropy"], self.entropy_coef_at(progress))
         return metrics
 
+    def _with_floor(self, base: float) -> float:
+        """The schedule's weight with ``ppo.entropy_target``'s factor (none when the target is
+        off, even after a resume that carried one), at most ``ENTROPY_COEF_MAX`` unless the
+        schedule's own weight is higher."""
+        if self.cfg.entropy_target <= 0:
+            return base
+        return min(base * self.entropy_boost, max(base, ENTROPY_COEF_MAX))
+
     def _hold_entropy(self, entropy: float, base: float) -> None:
         """``ppo.entropy_target``: the next update's weight 10% higher after an update below
         the floor (at most ``ENTROPY_COEF_MAX``), 10% lower above it (never under ``base``)."""
@@ -229,7 +237,7 @@ class Learner:
         if target <= 0 or base <= 0 or not math.isfinite(entropy):
             return
         step = ENTROPY_STEP if entropy < target else 1.0 / ENTROPY_STEP
-        self.entropy_boost = min(max(self.entropy_boost * step, 1.0), ENTROPY_COEF_MAX / base)
+        self.entropy_boost = max(min(self.entropy_boost * step, ENTROPY_COEF_MAX / base), 1.0)
 
     def _minibatches(self, ro: Rollout, chunks: list, epochs: int):
         """Per epoch: chunk-start states with the current weights, then the chunks shuffled

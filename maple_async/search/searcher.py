@@ -35,7 +35,8 @@ from .leaves import LeafHub, LeafHubDied, LeafHubError, metered
 log = logging.getLogger("maple_async.search")
 # First guesses of a decision's compute (the 2-core VM, loaded); measured costs replace them.
 STATE_MS, LEAF_MS, EMA = 25.0, 5.0, 0.2
-THEIRS = 9  # the opponent's choices a ranked plan prices when it cannot know them (gen 4: 4 moves, 5 switches)
+THEIRS = 9  # the opponent's choices a ranked plan prices when not told (gen 4: 4 moves, 5 switches)
+TEAM = 6
 
 
 
@@ -101,6 +102,14 @@ def replies(theirs: list[str], n: int) -> list[str]:
     return (moves + switches + rest)[:n]
 
 
+def their_choices(battle) -> int:
+    """About how many choices the opponent has: its moves (doubled by tera while gen 9 allows
+    it) and a switch to each of its Pokémon not known to have fainted."""
+    moves = 8 if battle.gen >= 9 and not battle.opponent_used_tera else 4
+    fainted = sum(1 for p in battle.opponent_team.values() if p.fainted)
+    return moves + max(TEAM - 1 - fainted, 0)
+
+
 class Searcher:
     """Searches decisions on one :class:`LeafHub` (started by the caller)."""
 
@@ -122,8 +131,8 @@ class Searcher:
         """(states, replies) whose compute fits ``budget_ms`` by the costs measured so far: the
         opponent's replies shrink first (to 3), then the states, then the replies to 1.
         ``n_ours``: our choices searched; ``n_theirs``: the opponent's choices when known to be
-        fewer (1: it waits); ``ranked``: its replies are ranked by a first pass of all its
-        choices (about ``THEIRS`` when not known) against one of ours."""
+        fewer (1: it waits) or estimated; ``ranked``: its replies are ranked by a first pass of
+        all its choices (``THEIRS`` when not given) against one of ours."""
         cfg = self.config
         top = min(cfg.replies, n_theirs) if n_theirs else cfg.replies
         if not cfg.budget_ms:
@@ -133,7 +142,7 @@ class Searcher:
                  + [(m, floor) for m in range(cfg.states - 1, 0, -1)]
                  + [(1, r) for r in range(floor - 1, 0, -1)])
         for m, r in steps:
-            leaves = (max(n_theirs or THEIRS, r) + (n_ours - 1) * r) if ranked else n_ours * r
+            leaves = (max(n_theirs or THEIRS, r) if ranked else 0) + n_ours * r
             if m * (self.state_ms + leaves * cfg.seeds * self.leaf_ms) <= cfg.budget_ms:
                 return m, r
         return 1, 1
@@ -188,12 +197,15 @@ class Searcher:
             n_ours = len(legal_choices(request))
         except (KeyError, IndexError, TypeError):
             n_ours = 9  # a request the belief refuses below
+        if n_ours == 1:  # nothing to choose between
+            self.stats.searched += 1
+            return legal_choices(request)[0]
         theirs = battle.opponent_active_pokemon
         waits = bool(request.get("forceSwitch")) and not (theirs is not None and theirs.fainted)
         cfg = self.config
         networked = self.value is not None
         rows = min(n_ours, cfg.actions) if networked and cfg.actions else n_ours
-        states, replies_n = self.plan(rows, 1 if waits else None,
+        states, replies_n = self.plan(rows, 1 if waits else their_choices(battle),
                                       ranked=networked and cfg.reply_order == "threat" and not waits)
         with metered() as meter:
             # a switch after a faint: the agent's value head judges the switch-ins; the
@@ -230,13 +242,17 @@ class Searcher:
 
         with metered() as meter:
             built = await build_states(self.hub, decision, fmt, states, us)
-            request = request or built[0].request
-            ours = legal_choices(request)
-            prior = value.prior(ours) if value is not None else None
-            if prior is not None and prior.sum() <= 0:
-                prior = None  # the policy names none of our choices (a move the request words otherwise)
-            rows = self._rows(ours, prior)
             try:
+                request = request or built[0].request
+                ours = legal_choices(request)
+                prior = value.prior(ours) if value is not None else None
+                if prior is not None and prior.sum() <= 0:
+                    prior = None  # the policy names none of our choices (a move the request words otherwise)
+                rows = self._rows(ours, prior)
+                if len(rows) == 1:  # search.actions 1: the policy's likeliest plays unplayed
+                    self.stats.searched += 1
+                    self._measured(len(states), sample_ms + sum(meter), 0, 0.0)
+                    return ours[rows[0]]
                 kept = []
                 for k, b in enumerate(built):
                     try:
@@ -249,28 +265,19 @@ class Searcher:
                 if not kept:
                     raise Refusal("our_choices", "no sampled state allows our real choices")
                 built_ms = sum(meter)
-                specs, leaves, scores = [], [], []
                 ranked = (prior is not None and cfg.reply_order == "threat"
                           and any(len(built[k].theirs) > replies_n for k in kept))
+                first = []
                 if ranked:  # every reply against our likeliest choice; the worst for us are kept
                     first = self._specs([(k, ours[rows[0]], b) for k in kept for b in built[k].theirs])
                     got = await self.hub.leaves(decision, first)
-                    first_scores = scored(got)
-                    chosen = self._threats(kept, built, first, got, first_scores, replies_n)
-                    for spec, leaf, score in zip(first, got, first_scores):
-                        if spec[2] in chosen[spec[0]]:
-                            specs.append(spec)
-                            leaves.append(leaf)
-                            scores.append(score)
+                    chosen = self._threats(kept, built, first, got, scored(got), replies_n)
                 else:
                     chosen = {k: replies(built[k].theirs, replies_n) for k in kept}
-                rest = self._specs([(k, ours[a], b) for k in kept for a in rows[1 if ranked else 0:]
-                                    for b in chosen[k]])
-                if rest:
-                    got = await self.hub.leaves(decision, rest)
-                    specs += rest
-                    leaves += got
-                    scores += list(scored(got))
+                # the table's leaves are all fresh: the first pass's were kept for scoring low
+                specs = self._specs([(k, ours[a], b) for k in kept for a in rows for b in chosen[k]])
+                leaves = await self.hub.leaves(decision, specs)
+                scores = scored(leaves)
                 played = sum(meter) - built_ms
             finally:
                 await self.hub.drop(decision)
@@ -294,7 +301,7 @@ class Searcher:
         row_prior = prior[rows] if prior is not None and prior[rows].sum() > 0 else None
         picked = rule(tables, rng=self._rng if cfg.rule == "equilibrium" else None,
                       prior=row_prior, prior_weight=cfg.prior_weight if row_prior is not None else 0.0)
-        n_leaves = (len(first) if ranked else 0) + len(rest)
+        n_leaves = len(first) + len(specs)
         self.stats.searched += 1
         self.stats.leaves += n_leaves
         self._measured(len(states), sample_ms + built_ms, n_leaves, played + value_ms)
