@@ -284,3 +284,12 @@ async def test_a_network_searches_its_likeliest_choices_against_the_replies_that
         slot = Searcher(hub, SearchConfig(states=1, replies=2, actions=2, reply_order="slot", budget_ms=0), seed=3)
         assert await slot.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
         assert slot.stats.leaves == 2 * 2
+
+
+async def test_a_decision_with_one_choice_plays_it_without_a_search():
+    from types import SimpleNamespace as NS
+    request = {"forceSwitch": [True], "side": {"pokemon": [
+        {"active": True, "condition": "0 fnt"}, {"condition": "100/250"}, {"condition": "0 fnt"}]}}
+    s = Searcher(None, SearchConfig())  # no leaf process: a search would fail
+    assert await s.choose(NS(last_request=request)) == "switch 2"
+    assert s.stats.searched == 1 and s.stats.leaves == 0
