@@ -33,6 +33,12 @@ BLISSEY = mon("Blissey", "Natural Cure", "Leftovers", ["Soft-Boiled", "Seismic T
 GYARADOS = mon("Gyarados", "Intimidate", "Leftovers", ["Waterfall", "Earthquake", "Dragon Dance", "Stone Edge"])
 SKARMORY = mon("Skarmory", "Keen Eye", "Leftovers", ["Spikes", "Roost", "Brave Bird", "Whirlwind"])
 
+# Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3, 4x) KOs it, nothing else does.
+KO_POSITION = {"seed": [1, 2, 3, 4], "turn": 5,
+               "p1": {"name": "us", "team": [JOLTEON, BLISSEY], "teraUsed": True},
+               "p2": {"name": "them", "team": [GYARADOS, SKARMORY], "pokemon": [{"hpFraction": 0.6}],
+                      "teraUsed": True}}
+
 integration = [pytest.mark.integration,
                pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")]
 
@@ -41,11 +47,7 @@ integration = [pytest.mark.integration,
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 async def test_the_searcher_picks_the_ko(rule):
-    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3, 4x) KOs it, nothing else does.
-    state = {"seed": [1, 2, 3, 4], "turn": 5,
-             "p1": {"name": "us", "team": [JOLTEON, BLISSEY], "teraUsed": True},
-             "p2": {"name": "them", "team": [GYARADOS, SKARMORY], "pokemon": [{"hpFraction": 0.6}],
-                    "teraUsed": True}}
+    state = KO_POSITION
     async with LeafHub() as hub:
         searcher = Searcher(hub, SearchConfig(states=1, replies=6, seeds=2, rule=rule), seed=3)
         assert await searcher.search("gen4randombattle", "p1", [state, state]) == "move 3"
@@ -250,13 +252,9 @@ def test_their_choices_count_moves_tera_and_the_bench_left():
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 async def test_a_network_searches_its_likeliest_choices_against_the_replies_that_hurt_most(monkeypatch):
-    # Jolteon outspeeds a Gyarados at 60%: Thunderbolt (move 3) KOs it. The prior likes
-    # Thunderbolt, then Shadow Ball (move 1): not our first choice, so the first pass shows
-    # whose row it plays.
-    state = {"seed": [1, 2, 3, 4], "turn": 5,
-             "p1": {"name": "us", "team": [JOLTEON, BLISSEY], "teraUsed": True},
-             "p2": {"name": "them", "team": [GYARADOS, SKARMORY], "pokemon": [{"hpFraction": 0.6}],
-                    "teraUsed": True}}
+    # The prior likes Thunderbolt (move 3), then Shadow Ball (move 1): not our first choice,
+    # so the first pass shows whose row it plays.
+    state = KO_POSITION
     prior = {"move 3": 0.5, "move 1": 0.3, "move 2": 0.1, "move 4": 0.05, "switch 2": 0.05}
     chosen, played = [], []
     threats = Searcher._threats
