@@ -190,7 +190,8 @@ class Learner:
         cfg, net = self.cfg, self.network
         progress = self.updates / self.total_updates if progress is None else progress
         lr = lr_scale * self.lr_at(progress)
-        self.entropy_coef = self._with_floor(self.entropy_coef_at(progress))
+        base_entropy_coef = self.entropy_coef_at(progress)
+        self.entropy_coef = self._with_floor(base_entropy_coef)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         net.train()
@@ -219,7 +220,7 @@ class Learner:
             update_s=time.perf_counter() - t0,
         )
         metrics["samples_per_s"] = metrics["steps"] * epochs / metrics["update_s"]
-        self._hold_entropy(metrics["entropy"], self.entropy_coef_at(progress))
+        self._hold_entropy(metrics["entropy"], base_entropy_coef)
         return metrics
 
     def _with_floor(self, base: float) -> float:

@@ -194,26 +194,27 @@ class Searcher:
         seed = int(self._rng.integers(1 << 62))
         request = battle.last_request or {}
         try:
-            n_ours = len(legal_choices(request))
+            ours = legal_choices(request)
         except (KeyError, IndexError, TypeError):
-            n_ours = 9  # a request the belief refuses below
-        if n_ours == 1:  # nothing to choose between
+            ours = None  # a request the belief refuses below
+        if ours is not None and len(ours) == 1:  # nothing to choose between
             self.stats.searched += 1
-            return legal_choices(request)[0]
+            return ours[0]
+        n_ours = len(ours) if ours is not None else 9
         theirs = battle.opponent_active_pokemon
         waits = bool(request.get("forceSwitch")) and not (theirs is not None and theirs.fainted)
         cfg = self.config
         networked = self.value is not None
-        rows = min(n_ours, cfg.actions) if networked and cfg.actions else n_ours
-        states, replies_n = self.plan(rows, 1 if waits else their_choices(battle),
+        n_rows = min(n_ours, cfg.actions) if networked and cfg.actions else n_ours
+        states, replies_n = self.plan(n_rows, 1 if waits else their_choices(battle),
                                       ranked=networked and cfg.reply_order == "threat" and not waits)
         with metered() as meter:
             # a switch after a faint: the agent's value head judges the switch-ins; the
             # network-free value (HP left) cannot tell them apart, so its player's own choice plays
-            belief = await sample_states(self.hub, battle, states, seed, forced_switches=self.value is not None)
+            belief = await sample_states(self.hub, battle, states, seed, forced_switches=networked)
         self.stats.relaxed += belief.relaxed
         fmt = battle.format or battle.battle_tag.split("-")[1]
-        value = self.value.decision(battle) if self.value is not None else None
+        value = self.value.decision(battle) if networked else None
         choice = await self.search(fmt, battle.player_role, belief.states, battle.last_request,
                                    name=f"{battle.battle_tag}:{battle.turn}", value=value,
                                    replies_n=replies_n, sample_ms=sum(meter))
