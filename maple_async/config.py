@@ -222,6 +222,9 @@ class SearchConfig:
     # At 0.5 the search's own max-min pick is never overruled; the prior breaks its ties.
     prior_weight: float = key(0.5, "weight of the network's probabilities in the choice: "
                                    "(1 - w) search + w policy", ge=0, le=1)
+    q_scale: float = key(0.0, "> 0: the choice is the policy's probabilities times exp(q_scale x each of our "
+                               "choices' score under the rule), its argmax (prior_weight then unused); 0: "
+                               "the rule's pick mixed by prior_weight", ge=0)
     budget_ms: float = key(300.0, "compute per searched decision (the leaf process's and the leaf values'), "
                                   "kept on average by the costs measured so far: the opponent's replies "
                                   "shrink first (to 3), then the states, then the replies to 1; 0: no bound",

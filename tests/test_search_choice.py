@@ -89,6 +89,32 @@ def test_prior_mixing():
                                [0.375, 0.625])
 
 
+def test_scores_weigh_the_prior_by_their_gaps_with_q_scale():
+    # Row 0's worst reply 0.1, row 1's 0.0: max-min alone takes row 0 whatever the prior.
+    t = np.array([[0.1, 0.5], [0.0, 0.0]])
+    assert choice.maxmin([t], prior=[0.2, 0.8], prior_weight=0.5).action == 0
+    c = choice.maxmin([t], prior=[0.2, 0.8], q_scale=10.0)
+    np.testing.assert_allclose(c.scores, [0.1, 0.0])
+    # prior * exp(10 * score): 0.2 e^1 = 0.54 against 0.8: the policy's 4:1 outweighs a 0.1 gap
+    np.testing.assert_allclose(c.probs, np.array([0.2 * np.e, 0.8]) / (0.2 * np.e + 0.8))
+    assert c.action == 1
+    # a gap of 0.2 at the same scale outweighs it; prior_weight is then unused
+    wide = np.array([[0.2, 0.5], [0.0, 0.0]])
+    assert choice.maxmin([wide], prior=[0.2, 0.8], q_scale=10.0, prior_weight=1.0).action == 0
+    # an unscored row counts as the worst scored, its prior kept
+    u = np.array([[NAN, NAN], [0.1, 0.2], [0.3, 0.4]])
+    c = choice.expected([u], prior=[0.5, 0.25, 0.25], q_scale=5.0)
+    np.testing.assert_allclose(c.scores, [NAN, 0.15, 0.35])
+    np.testing.assert_allclose(c.probs, np.array([0.5, 0.25, 0.25 * np.e]) / (0.75 + 0.25 * np.e))
+    # equilibrium's scores are each row against their equilibrium strategy
+    c = choice.equilibrium([PENNIES], prior=[0.5, 0.5], q_scale=3.0)
+    np.testing.assert_allclose(c.scores, [0.0, 0.0], atol=1e-2)
+    # without a prior q_scale changes nothing
+    assert choice.maxmin([t], q_scale=10.0).action == 0
+    with pytest.raises(ValueError, match="q_scale"):
+        choice.maxmin([t], prior=[0.5, 0.5], q_scale=-1.0)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError):
         choice.maxmin([PENNIES], prior_weight=1.5)

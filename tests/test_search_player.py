@@ -152,6 +152,7 @@ def test_search_keys_are_config_keys_refused_in_one_line():
     for key, value, why in [("search.states", 0, "'search.states' must be > 0"),
                             ("search.prior_weight", 1.5, "'search.prior_weight' must be <= 1"),
                             ("search.budget_ms", -1, "'search.budget_ms' must be >= 0"),
+                            ("search.q_scale", -0.5, "'search.q_scale' must be >= 0"),
                             ("search.rule", "mcts", "'search.rule' must be one of maxmin")]:
         with pytest.raises(ConfigError, match=why):
             C.load(None, {key: value})
@@ -282,6 +283,12 @@ async def test_a_network_searches_its_likeliest_choices_against_the_replies_that
         slot = Searcher(hub, SearchConfig(states=1, replies=2, actions=2, reply_order="slot", budget_ms=0), seed=3)
         assert await slot.search("gen4randombattle", "p1", [state], value=_FakeValue(prior)) == "move 3"
         assert slot.stats.leaves == 2 * 2
+        # q_scale: the KO (move 3) is searched as the policy's second choice; a small scale
+        # leaves the policy's 9:1 for Shadow Ball standing, a large one lets the KO's gap win
+        doubt = {"move 1": 0.9, "move 3": 0.1}
+        for scale, want in ((0.01, "move 1"), (100.0, "move 3")):
+            q = Searcher(hub, SearchConfig(states=1, replies=1, actions=2, q_scale=scale, budget_ms=0), seed=3)
+            assert await q.search("gen4randombattle", "p1", [state], value=_FakeValue(doubt)) == want, scale
 
 
 async def test_a_decision_with_one_choice_plays_it_without_a_search():

@@ -21,8 +21,13 @@ Rules:
 Each rule may be mixed with our own prior (the policy's probabilities) by ``prior_weight``
 in [0, 1]: ``probs = (1 - prior_weight) * search + prior_weight * prior``. An action whose
 row has no played entry gets no probability from the search (its value is unknown) but keeps
-its prior share. Each returns a :class:`Choice`: the chosen action (drawn from ``probs`` with
-``rng``, else its argmax), ``probs``, and the table's value under the rule (before any mixing).
+its prior share. Or, with ``q_scale`` c > 0, by the rule's scores instead of its pick:
+``probs ∝ prior * exp(c * score)`` (Gumbel MuZero's improved policy: a score gap must
+outweigh the policy's log-odds before it overrules the policy, so a noisy table moves the
+choice only as far as its gaps are large; an unscored action counts as the worst scored).
+Each returns a :class:`Choice`: the chosen action (drawn from ``probs`` with ``rng``, else
+its argmax), ``probs``, the table's value under the rule (before any mixing) and each
+action's score under the rule.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Choice:
     action: int
     probs: np.ndarray  # one per our action, sums to 1
     value: float  # the table's value under the rule, before mixing with the prior
+    scores: np.ndarray  # one per our action under the rule (NaN: not scored)
 
 
 def _stack(tables: Tables, weights: Optional[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -81,24 +87,33 @@ def _argmax_probs(scores: np.ndarray) -> np.ndarray:
     return top / top.sum()
 
 
-def _finish(search: np.ndarray, value: float, prior: Optional[Sequence[float]],
-            prior_weight: float, rng: Optional[np.random.Generator]) -> Choice:
+def _finish(search: np.ndarray, value: float, scores: np.ndarray, prior: Optional[Sequence[float]],
+            prior_weight: float, rng: Optional[np.random.Generator], q_scale: float = 0.0) -> Choice:
     if not 0.0 <= prior_weight <= 1.0:
         raise ValueError(f"prior_weight must be in [0, 1], got {prior_weight}")
+    if not (q_scale >= 0.0 and np.isfinite(q_scale)):
+        raise ValueError(f"q_scale must be a finite number >= 0, got {q_scale}")
     probs = search
-    if prior is not None and prior_weight > 0:
+    if prior is not None and (prior_weight > 0 or q_scale > 0):
         p = np.asarray(prior, dtype=np.float64)
         if p.shape != search.shape or (p < 0).any() or p.sum() <= 0:
             raise ValueError(f"prior must be {len(search)} non-negative numbers with a positive sum")
-        probs = (1.0 - prior_weight) * search + prior_weight * p / p.sum()
+        p = p / p.sum()
+        if q_scale > 0:
+            s = np.where(np.isnan(scores), np.nanmin(scores), scores)
+            with np.errstate(divide="ignore"):
+                logits = np.log(p) + q_scale * (s - s.max())
+            probs = np.exp(logits - logits.max())
+        else:
+            probs = (1.0 - prior_weight) * search + prior_weight * p
     probs = probs / probs.sum()
     action = int(rng.choice(len(probs), p=probs)) if rng is not None else int(np.argmax(probs))
-    return Choice(action, probs, float(value))
+    return Choice(action, probs, float(value), scores)
 
 
 def maxmin(tables: Tables, weights: Optional[Sequence[float]] = None,
            prior: Optional[Sequence[float]] = None, prior_weight: float = 0.0,
-           rng: Optional[np.random.Generator] = None) -> Choice:
+           rng: Optional[np.random.Generator] = None, q_scale: float = 0.0) -> Choice:
     """The action whose worst reply (per state, NaN skipped), averaged over states by
     weight, is best. Ties share the search's probability."""
     v, w = _stack(tables, weights)
@@ -106,7 +121,7 @@ def maxmin(tables: Tables, weights: Optional[Sequence[float]] = None,
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: NaN, skipped below
         worst = np.nanmin(v, axis=2)  # [state, our action]
     score = _weighted_mean(worst, w)
-    return _finish(_argmax_probs(score), np.nanmax(score), prior, prior_weight, rng)
+    return _finish(_argmax_probs(score), np.nanmax(score), score, prior, prior_weight, rng, q_scale)
 
 
 def _regret_matching(a: np.ndarray, iterations: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +161,7 @@ def exploitability(a: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
 
 def equilibrium(tables: Tables, weights: Optional[Sequence[float]] = None,
                 prior: Optional[Sequence[float]] = None, prior_weight: float = 0.0,
-                rng: Optional[np.random.Generator] = None,
+                rng: Optional[np.random.Generator] = None, q_scale: float = 0.0,
                 iterations: int = 2000, tol: float = 1e-3) -> Choice:
     """Our strategy of the mixed Nash equilibrium of the weight-averaged table.
 
@@ -163,13 +178,15 @@ def equilibrium(tables: Tables, weights: Optional[Sequence[float]] = None,
     x, y = _regret_matching(sub, iterations, tol)
     search = np.zeros(a.shape[0])
     search[rows] = x
-    return _finish(search, x @ sub @ y, prior, prior_weight, rng)
+    scores = np.full(a.shape[0], np.nan)
+    scores[rows] = sub @ y  # each row against their equilibrium strategy
+    return _finish(search, x @ sub @ y, scores, prior, prior_weight, rng, q_scale)
 
 
 def expected(tables: Tables, weights: Optional[Sequence[float]] = None,
              their_prior: Optional[Sequence[float]] = None,
              prior: Optional[Sequence[float]] = None, prior_weight: float = 0.0,
-             rng: Optional[np.random.Generator] = None) -> Choice:
+             rng: Optional[np.random.Generator] = None, q_scale: float = 0.0) -> Choice:
     """The best action against ``their_prior`` over their replies (uniform when None) on
     the weight-averaged table; a row's NaN cells are left out and the prior renormalised
     over the replies that row played."""
@@ -181,4 +198,4 @@ def expected(tables: Tables, weights: Optional[Sequence[float]] = None,
     mass = (played * q).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         score = np.where(mass > 0, (np.nan_to_num(a) * q).sum(axis=1) / mass, np.nan)
-    return _finish(_argmax_probs(score), np.nanmax(score), prior, prior_weight, rng)
+    return _finish(_argmax_probs(score), np.nanmax(score), score, prior, prior_weight, rng, q_scale)

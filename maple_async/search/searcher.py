@@ -9,10 +9,11 @@ when every choice of theirs is first played against our likeliest; each joint ac
 ``seeds`` times from a copy with a fresh seed; a cell of a state's table is the mean of its
 leaves' values: network-free by default (HP and Pokémon left, :class:`~.leaves.Leaf`), or a
 ``value`` object's (:class:`~.value.NetworkValue`: the agent's own value head, which also gives
-the policy's probabilities as a prior, mixed in by ``prior_weight``). The rule (``maxmin`` by
-default) picks our choice. A decision's states are always dropped. What the searcher cannot do
-raises: :class:`~.belief.Refusal` (by reason) or a :class:`~.leaves.LeafHubError`;
-:meth:`Searcher.try_choose` counts it and returns None, and its caller plays its own choice.
+the policy's probabilities as a prior, mixed in by ``prior_weight`` or, with ``q_scale``, weighted
+by the exponentiated scores). The rule (``maxmin`` by default) picks our choice. A decision's
+states are always dropped. What the searcher cannot do raises: :class:`~.belief.Refusal` (by
+reason) or a :class:`~.leaves.LeafHubError`; :meth:`Searcher.try_choose` counts it and returns
+None, and its caller plays its own choice.
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ class Searcher:
         except Refusal as r:
             stats.refused[r.reason] += 1
             stats.examples[r.reason] = str(r)
+            log.debug("search refused: %s", r)
         except LeafHubDied as e:
             stats.failed["hub_died"] += 1
             stats.examples["hub_died"] = str(e)
@@ -301,7 +303,12 @@ class Searcher:
         rule = getattr(rules, cfg.rule)
         row_prior = prior[rows] if prior is not None and prior[rows].sum() > 0 else None
         picked = rule(tables, rng=self._rng if cfg.rule == "equilibrium" else None,
-                      prior=row_prior, prior_weight=cfg.prior_weight if row_prior is not None else 0.0)
+                      prior=row_prior, prior_weight=cfg.prior_weight if row_prior is not None else 0.0,
+                      q_scale=cfg.q_scale if row_prior is not None else 0.0)
+        if log.isEnabledFor(logging.DEBUG):  # the scores against the policy, to choose q_scale
+            log.debug("%s scores %s prior %s -> %s", decision, np.round(picked.scores, 3),
+                      None if row_prior is None else np.round(row_prior / row_prior.sum(), 3),
+                      ours[rows[picked.action]])
         n_leaves = len(first) + len(specs)
         self.stats.searched += 1
         self.stats.leaves += n_leaves
