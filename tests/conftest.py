@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import faulthandler
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -25,14 +28,14 @@ os.environ["SB3_LOGDIR"] = _SB3_LOGDIR = tempfile.mkdtemp(prefix="maple-test-sb3
 atexit.register(shutil.rmtree, _SB3_LOGDIR, True)
 
 
-def _tagged_node_processes() -> list[int]:
+def _tagged_processes(node_only: bool = True) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if b"node" not in f.read().split(b"\0")[0]:
+                if node_only and b"node" not in f.read().split(b"\0")[0]:
                     continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 if f"MAPLE_TEST_SESSION={_TAG}".encode() not in f.read().split(b"\0"):
@@ -47,12 +50,13 @@ def _tagged_node_processes() -> list[int]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """No Node process started by the tests may outlive them."""
+    """No Node process started by the tests may outlive them; other processes they started and
+    threads the interpreter joins at exit are listed (either would hold up the run's end)."""
     deadline = time.monotonic() + 10
-    left = _tagged_node_processes()
+    left = _tagged_processes()
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
-        left = _tagged_node_processes()
+        left = _tagged_processes()
     if left:
         for pid in left:
             try:
@@ -61,6 +65,26 @@ def pytest_sessionfinish(session, exitstatus):
                 pass
         print(f"\nFAILED: Node processes outlived the tests: {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    others = _tagged_processes(node_only=False)
+    if others:  # e.g. a worker holding the run's output open would keep CI waiting
+        print("\nprocesses started by the tests still alive at the end:")
+        for pid in others:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                print(f"  {pid}: {cmd[:200]}")
+            except OSError:
+                pass
+    joined = [t.name for t in threading.enumerate()
+              if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if joined:  # the interpreter waits for these at exit
+        print(f"\nthreads the interpreter will wait for at exit: {', '.join(joined)}")
+
+
+def pytest_unconfigure(config):
+    """Should the interpreter not exit (a thread or child joined at exit that never ends), the
+    run's output shows every thread's stack after two minutes and the run fails then."""
+    faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)
 
 
 @pytest.fixture(scope="session")
