@@ -50,8 +50,8 @@ def _tagged_processes(node_only: bool = True) -> list[int]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """No Node process started by the tests may outlive them; other processes they started and
-    threads the interpreter joins at exit are listed (either would hold up the run's end)."""
+    """No Node process started by the tests may outlive them; other processes they started are
+    listed and killed, threads the interpreter joins at exit listed (each would hold up the end)."""
     deadline = time.monotonic() + 10
     left = _tagged_processes()
     while left and time.monotonic() < deadline:
@@ -65,14 +65,20 @@ def pytest_sessionfinish(session, exitstatus):
                 pass
         print(f"\nFAILED: Node processes outlived the tests: {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    others = _tagged_processes(node_only=False)
-    if others:  # e.g. a worker holding the run's output open would keep CI waiting
-        print("\nprocesses started by the tests still alive at the end:")
-        for pid in others:
+    others = {}
+    for pid in _tagged_processes(node_only=False):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                others[pid] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            pass
+    others = {pid: cmd for pid, cmd in others.items() if "multiprocessing.resource_tracker" not in cmd}
+    if others:  # one holding the run's output open would keep CI waiting after the summary
+        print("\nprocesses started by the tests still alive at the end (killed):")
+        for pid, cmd in others.items():
+            print(f"  {pid}: {cmd[:200]}")
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                print(f"  {pid}: {cmd[:200]}")
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
     joined = [t.name for t in threading.enumerate()
