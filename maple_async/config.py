@@ -223,8 +223,8 @@ class SearchConfig:
     prior_weight: float = key(0.5, "weight of the network's probabilities in the choice: "
                                    "(1 - w) search + w policy", ge=0, le=1)
     q_scale: float = key(0.0, "> 0: the choice is the policy's probabilities times exp(q_scale x each of our "
-                               "choices' score under the rule), its argmax (prior_weight then unused); 0: "
-                               "the rule's pick mixed by prior_weight", ge=0)
+                               "choices' score under the rule), its argmax (prior_weight then unused; rule "
+                               "maxmin or expected); 0: the rule's pick mixed by prior_weight", ge=0)
     budget_ms: float = key(300.0, "compute per searched decision (the leaf process's and the leaf values'), "
                                   "kept on average by the costs measured so far: the opponent's replies "
                                   "shrink first (to 3), then the states, then the replies to 1; 0: no bound",
@@ -233,6 +233,13 @@ class SearchConfig:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             _check_range(f"search.{f.name}", getattr(self, f.name), f.metadata)
+        _check_q_scale(self)
+
+
+def _check_q_scale(search: "SearchConfig") -> None:
+    if search.q_scale > 0 and search.rule == "equilibrium":  # its rows all score the game's value
+        raise ConfigError("config key 'search.q_scale' needs search.rule maxmin or expected: an "
+                          "equilibrium's rows score alike, so its mix would be lost to the policy")
 
 
 @dataclass
@@ -353,6 +360,7 @@ def validate(cfg: Config) -> Config:
     if cfg.ppo.entropy_target > 0 and cfg.ppo.entropy_coef <= 0:
         raise ConfigError("config key 'ppo.entropy_target' moves the entropy bonus's weight from "
                           "ppo.entropy_coef, which is 0: give it a weight to start from (e.g. 0.01)")
+    _check_q_scale(cfg.search)
     check_battle_format(cfg.runner.battle_format)
     parse_opponent_schedule(cfg.train.opponents)
     parse_eval_opponents(cfg.train.eval_opponents)

@@ -106,9 +106,12 @@ def test_scores_weigh_the_prior_by_their_gaps_with_q_scale():
     c = choice.expected([u], prior=[0.5, 0.25, 0.25], q_scale=5.0)
     np.testing.assert_allclose(c.scores, [NAN, 0.15, 0.35])
     np.testing.assert_allclose(c.probs, np.array([0.5, 0.25, 0.25 * np.e]) / (0.75 + 0.25 * np.e))
-    # equilibrium's scores are each row against their equilibrium strategy
-    c = choice.equilibrium([PENNIES], prior=[0.5, 0.5], q_scale=3.0)
-    np.testing.assert_allclose(c.scores, [0.0, 0.0], atol=1e-2)
+    # equilibrium's scores are each row against their equilibrium strategy (a dominated row
+    # scores below); its rows played all score the game's value, so q_scale is refused there
+    c = choice.equilibrium([np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])])
+    np.testing.assert_allclose(c.scores, [0.5, 0.5, -1.0], atol=1e-2)
+    with pytest.raises(ValueError, match="q_scale"):
+        choice.equilibrium([PENNIES], prior=[0.9, 0.1], q_scale=3.0)
     # without a prior q_scale changes nothing
     assert choice.maxmin([t], q_scale=10.0).action == 0
     with pytest.raises(ValueError, match="q_scale"):

@@ -158,6 +158,8 @@ def test_search_keys_are_config_keys_refused_in_one_line():
             C.load(None, {key: value})
     with pytest.raises(ConfigError, match="'search.replies' must be > 0"):
         SearchConfig(replies=0)
+    with pytest.raises(ConfigError, match="'search.q_scale' needs search.rule maxmin or expected"):
+        C.load(None, {"search.rule": "equilibrium", "search.q_scale": 1})
 
 
 @pytest.mark.integration

@@ -170,6 +170,9 @@ def equilibrium(tables: Tables, weights: Optional[Sequence[float]] = None,
     hurts us most). Deterministic: the same tables give the same strategy. Runs up to
     ``iterations`` of regret matching+, fewer once the strategies are within ``tol`` of an
     equilibrium (:func:`exploitability`)."""
+    if q_scale > 0:
+        raise ValueError("q_scale needs the maxmin or expected rule: the rows an equilibrium plays "
+                         "all score its value, so the scores cannot weigh its mix")
     a = average_table(tables, weights)
     rows = ~np.isnan(a).all(axis=1)
     cols = ~np.isnan(a).all(axis=0)
