@@ -28,14 +28,16 @@ os.environ["SB3_LOGDIR"] = _SB3_LOGDIR = tempfile.mkdtemp(prefix="maple-test-sb3
 atexit.register(shutil.rmtree, _SB3_LOGDIR, True)
 
 
-def _tagged_processes(node_only: bool = True) -> list[int]:
-    found = []
+def _tagged_processes(node_only: bool = True) -> dict[int, str]:
+    """The live processes this run started (by its tag), pid -> command line."""
+    found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if node_only and b"node" not in f.read().split(b"\0")[0]:
+                argv = f.read().split(b"\0")
+                if node_only and b"node" not in argv[0]:
                     continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 if f"MAPLE_TEST_SESSION={_TAG}".encode() not in f.read().split(b"\0"):
@@ -45,7 +47,7 @@ def _tagged_processes(node_only: bool = True) -> list[int]:
                     continue
         except OSError:
             continue
-        found.append(int(name))
+        found[int(name)] = b" ".join(argv).decode(errors="replace")
     return found
 
 
@@ -63,16 +65,10 @@ def pytest_sessionfinish(session, exitstatus):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        print(f"\nFAILED: Node processes outlived the tests: {left}")
+        print(f"\nFAILED: Node processes outlived the tests: {list(left)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    others = {}
-    for pid in _tagged_processes(node_only=False):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                others[pid] = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            pass
-    others = {pid: cmd for pid, cmd in others.items() if "multiprocessing.resource_tracker" not in cmd}
+    others = {pid: cmd for pid, cmd in _tagged_processes(node_only=False).items()
+              if "multiprocessing.resource_tracker" not in cmd}
     if others:  # one holding the run's output open would keep CI waiting after the summary
         print("\nprocesses started by the tests still alive at the end (killed):")
         for pid, cmd in others.items():

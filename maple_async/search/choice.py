@@ -183,7 +183,7 @@ def equilibrium(tables: Tables, weights: Optional[Sequence[float]] = None,
     search[rows] = x
     scores = np.full(a.shape[0], np.nan)
     scores[rows] = sub @ y  # each row against their equilibrium strategy
-    return _finish(search, x @ sub @ y, scores, prior, prior_weight, rng, q_scale)
+    return _finish(search, x @ sub @ y, scores, prior, prior_weight, rng)
 
 
 def expected(tables: Tables, weights: Optional[Sequence[float]] = None,

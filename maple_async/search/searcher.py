@@ -304,7 +304,7 @@ class Searcher:
         row_prior = prior[rows] if prior is not None and prior[rows].sum() > 0 else None
         picked = rule(tables, rng=self._rng if cfg.rule == "equilibrium" else None,
                       prior=row_prior, prior_weight=cfg.prior_weight if row_prior is not None else 0.0,
-                      q_scale=cfg.q_scale if row_prior is not None else 0.0)
+                      q_scale=cfg.q_scale)
         if log.isEnabledFor(logging.DEBUG):  # the scores against the policy, to choose q_scale
             log.debug("%s scores %s prior %s -> %s", decision, np.round(picked.scores, 3),
                       None if row_prior is None else np.round(row_prior / row_prior.sum(), 3),
