@@ -161,6 +161,34 @@ async def test_the_state_patch_is_honoured(fmt):
         assert "|-weather|none" in leaf.lines
 
 
+@pytest.mark.parametrize("fmt", GENS)
+async def test_a_kept_leaf_plays_the_turn_after_it_and_each_side_defaults_to_its_strongest_attack(fmt):
+    # Turn 1: Jolteon's Substitute against Garchomp's Swords Dance. Turn 2: Garchomp's strongest
+    # attack on Jolteon is Earthquake (2x, STAB; its last move); Jolteon's own is Shadow Ball
+    # (Thunderbolt, its first: immune).
+    garchomp = mon("Garchomp", "Rough Skin", "Life Orb", ["Outrage", "Swords Dance", "Stone Edge", "Earthquake"])
+    st = state(side("us", [JOLTEON, BLISSEY]), side("them", [garchomp, SKARMORY]))
+    async with LeafHub() as hub:
+        await hub.build("two", fmt, [st])
+        (plain,) = await hub.leaves("two", [(0, "move 3", "move 2", SEEDS[0])])
+        assert plain.kept is None  # not asked to keep
+        first, ended = await hub.leaves("two", [(0, "move 3", "move 2", SEEDS[0]),
+                                                (0, "move 9", "move 1", SEEDS[0])], keep=True)
+        assert first.kept == 0 and ended.error and ended.kept is None
+        assert "|move|p2a: Garchomp|Swords Dance" in first.lines
+        strongest, again, passed, gone = await hub.next("two", [(0, None, SEEDS[1]), (0, None, SEEDS[1]),
+                                                               (0, "move 4", SEEDS[1]), (7, None, SEEDS[1])])
+        assert "|move|p1a: Jolteon|Shadow Ball" in strongest.lines
+        assert "|move|p2a: Garchomp|Earthquake" in strongest.lines
+        assert "|move|p1a: Jolteon|Substitute" not in strongest.lines  # turn 2's lines alone
+        assert again.lines == strongest.lines and again.request == strongest.request  # the kept leaf unchanged
+        assert "|move|p1a: Jolteon|Baton Pass" in passed.lines and "|move|p2a: Garchomp|Earthquake" in passed.lines
+        assert "no kept leaf 7" in gone.error
+        await hub.drop("two")
+        with pytest.raises(LeafRequestError, match="no decision 'two'"):
+            await hub.next("two", [(0, None, SEEDS[0])])
+
+
 async def test_a_bad_request_is_answered_and_the_process_goes_on():
     st = state(side("us", [JOLTEON, BLISSEY]), side("them", [GYARADOS, SKARMORY]))
     async with LeafHub() as hub:

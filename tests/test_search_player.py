@@ -54,6 +54,34 @@ async def test_the_searcher_picks_the_ko(rule):
         assert searcher.stats.searched == 1 and searcher.stats.leaves == 2 * 5 * 5 * 2  # states x ours x theirs x seeds
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_two_turn_leaves_score_the_turn_after_and_still_pick_the_ko(monkeypatch):
+    state = KO_POSITION
+    async with LeafHub() as hub:
+        turns = []
+        nxt = hub.next
+
+        async def recorded(decision, specs):
+            turns.append(specs)
+            return await nxt(decision, specs)
+
+        monkeypatch.setattr(hub, "next", recorded)
+        searcher = Searcher(hub, SearchConfig(states=1, replies=6, depth=2, budget_ms=0), seed=3)
+        assert await searcher.search("gen4randombattle", "p1", [state]) == "move 3"
+        (specs,) = turns
+        # every leaf of the 5 x 5 table plays one more turn (none ends: Skarmory is left); without
+        # a network our side plays its strongest attack there
+        assert len(specs) == 25 and all(ours is None for _, ours, _ in specs), specs
+        assert searcher.stats.leaves == 25 + len(specs)
+        assert len({n for n, _, _ in specs}) == len(specs)  # each kept leaf once
+    s = Searcher(None, SearchConfig(states=2, replies=6, depth=2, budget_ms=300))
+    s.state_ms, s.leaf_ms = 10.0, 1.0
+    assert s.plan(9) == (2, 6)  # 2 x (10 + 9 x 6 x 2) = 236
+    s.leaf_ms = 1.5
+    assert s.plan(9) == (2, 5)  # 2 x (10 + 162) = 344 for six; five: 290
+
+
 def test_replies_put_moves_first():
     theirs = ["move 1", "move 1 terastallize", "move 2", "switch 2", "move 2 terastallize", "switch 3"]
     assert replies(theirs, 4) == ["move 1", "move 2", "switch 2", "switch 3"]
@@ -153,6 +181,7 @@ def test_search_keys_are_config_keys_refused_in_one_line():
                             ("search.prior_weight", 1.5, "'search.prior_weight' must be <= 1"),
                             ("search.budget_ms", -1, "'search.budget_ms' must be >= 0"),
                             ("search.q_scale", -0.5, "'search.q_scale' must be >= 0"),
+                            ("search.depth", 3, "'search.depth' must be <= 2"),
                             ("search.rule", "mcts", "'search.rule' must be one of maxmin")]:
         with pytest.raises(ConfigError, match=why):
             C.load(None, {key: value})
@@ -265,9 +294,9 @@ async def test_a_network_searches_its_likeliest_choices_against_the_replies_that
     async with LeafHub() as hub:
         leaves = hub.leaves
 
-        async def recorded(decision, specs):
+        async def recorded(decision, specs, **kw):
             played.append(sorted({a for _, a, _, _ in specs}))
-            return await leaves(decision, specs)
+            return await leaves(decision, specs, **kw)
 
         monkeypatch.setattr(hub, "leaves", recorded)
         searcher = Searcher(hub, SearchConfig(states=1, replies=1, actions=2, reply_order="threat",

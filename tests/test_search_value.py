@@ -138,6 +138,38 @@ async def test_shaped_scores_add_the_turns_reward(showdown_url):
     assert moved, "no turn changed HP: the reward term was never tested"
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_two_turn_leaf_is_valued_as_the_agent_values_the_state_two_decisions_on(showdown_url):
+    # search.depth 2: decision t's copy takes the lines up to t+1 (kept: the hidden state after
+    # t+1's forward, the policy's likeliest choice there), then the lines up to t+2: the agent's
+    # own value at t+2; with shaping, r1 + gamma (r2 + gamma V).
+    from maple_async.obs.rewards import RewardTracker
+    from maple_async.search.searcher import legal_choices
+    policy, cfg = fresh_policy(seed=2)
+    pairs = _pairs(await _recorded_battle(showdown_url, policy))
+    triples = [(a, b) for a, b in zip(pairs, pairs[1:]) if a[2] is b[0]]
+    assert len(triples) >= 4, "too short a battle to compare"
+    reward = C.RewardConfig(win=1.0, hp=0.1, faint=0.05)
+    for (root, lines1, mid), (_, lines2, end) in triples:
+        dv = DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"])
+        first = dv([Leaf(lines=lines1)], keep=True)
+        (after,) = first.after
+        np.testing.assert_allclose(after.hidden, mid["h_after"], atol=1e-5)
+        assert after.choice in legal_choices(pickle.loads(mid["battle"]).last_request), after.choice
+        (two,) = dv.second([after], [Leaf(lines=lines2)])
+        assert two == pytest.approx(end["value"], abs=1e-5)
+        shaped = DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"], reward, gamma=0.9)
+        (a,) = shaped([Leaf(lines=lines1)], keep=True).after
+        (got,) = shaped.second([a], [Leaf(lines=lines2)])
+        t = RewardTracker(reward, 0.9)
+        t.step(pickle.loads(root["battle"]))
+        r1 = t.step(pickle.loads(mid["battle"]))
+        r2 = t.step(pickle.loads(end["battle"]))
+        assert got == pytest.approx(r1 + 0.9 * (r2 + 0.9 * end["value"]), abs=1e-5)
+    assert dv([Leaf(lines=lines1)]).after is None  # not asked to keep
+
+
 def test_ended_leaves_score_the_outcome():
     policy, _ = fresh_policy()
     dv = DecisionValue.__new__(DecisionValue)  # no root needed: an ended leaf is not forwarded
@@ -161,16 +193,18 @@ def _checkpoint(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
-def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path):
+@pytest.mark.parametrize("depth", [1, 2])
+def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path, depth):
     path = _checkpoint(tmp_path)
     e = run_cli("eval", "--checkpoint", path, "--opponent", "random", "--battles", "2", "--search",
-                "--server", showdown_url, "--concurrency", "2")
+                "--server", showdown_url, "--concurrency", "2", "--search.depth", str(depth))
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
     assert "[eval] agent+search vs random (held out): win rate" in e.stdout and "over 2 battles" in e.stdout
     line = next(x for x in e.stdout.splitlines() if x.startswith("[eval] random: searched"))
     share = float(line.split("searched ")[1].split("%")[0])
     assert share > 0, line
     assert "per searched decision" in line and "ms of compute" in line and "leaves" in line
+    assert "failed 0.0%" in line, line  # (a searcher bug is counted there, not raised)
 
 
 @pytest.mark.integration

@@ -4,8 +4,13 @@
 // Newline-delimited JSON both ways; every request carries an "id" its answer repeats.
 //   {"id", "op": "build", "decision", "format", "us": "p1"|"p2", "states": [STATE, ...]}
 //     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...]}]}
-//   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...]}
-//     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value"} | {"error"}]}
+//   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...],
+//    "keep": bool}
+//     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value", "kept"} | {"error"}]}
+//        ("kept": with "keep", a live leaf's battle is kept under this number for "next")
+//   {"id", "op": "next", "decision", "leaves": [[kept number, our choice | null, SEED], ...]}
+//     -> as "leaves": the turn after a kept leaf; the opponent plays its strongest attack on our
+//        active (STRONGEST below), and so do we where our choice is null
 //   {"id", "op": "sample", "format", "seed": SEED, "k", "size", "known": [KNOWN, ...], "tries"}
 //     -> {"id", "ok": true, "teams": [[set, ...] x k], "relaxed": n}   (the opponent's teams: below)
 //   {"id", "op": "drop", "decision"}  -> {"id", "ok": true}
@@ -54,6 +59,9 @@
 // switch, up to the next full-turn request or the battle's end. "lines" are our side's view of
 // the turn ("|t:|" timestamps dropped); "value" is (our HP fractions + Pokémon left) minus
 // theirs over twice the larger team, in [-1, 1]; an ended battle is 1, -1 or 0 (a tie).
+// STRONGEST: a side's second turn in a two-turn leaf, a plain max-damage bot: the move with the
+// best base power x STAB x type effectiveness x its attacking stat over the foe's defence x
+// accuracy (tera, status moves and switches aside); with no damaging move, its first legal choice.
 // argv[2]: the pokemon-showdown package directory.
 'use strict';
 const path = require('path');
@@ -544,7 +552,7 @@ function build(msg) {
       orders = null;
     }
   }
-  decisions.set(msg.decision, {us: msg.us, states: built});
+  decisions.set(msg.decision, {us: msg.us, states: built, kept: []});
   return {states: answer};
 }
 
@@ -598,18 +606,17 @@ function choose(battle, side, choice, whose) {
   }
 }
 
-function leaf(decision, spec) {
-  need(Array.isArray(spec) && spec.length === 4, 'a leaf is [state, our choice, their choice, seed]');
-  const [k, ours, theirs, seed] = spec;
-  const st = decision.states[k];
-  need(st, `no state ${k}`);
+// One turn of a copy of ST ({ser, usIndex}) from both choices (null: STRONGEST); with KEPT (a
+// list), a live end state is kept in it and its number answered.
+function play(st, ours, theirs, seed, kept) {
   const battle = State.deserializeBattle({...st.ser, log: []});
   battle.prng = new PRNG(Array.isArray(seed) ? seed.join(',') : seed);
   const us = battle.sides[st.usIndex];
   const them = battle.sides[1 - st.usIndex];
-  choose(battle, us, ours, 'our');
-  if (theirs !== WAIT) choose(battle, them, theirs, 'their');
-  need(battle.allChoicesDone(), `their choice '${theirs}' leaves a choice to make`);
+  choose(battle, us, ours === null ? strongest(battle, us, them) : ours, 'our');
+  const their = theirs === null ? strongest(battle, them, us) : theirs;
+  if (their !== WAIT) choose(battle, them, their, 'their');
+  need(battle.allChoicesDone(), `their choice '${their}' leaves a choice to make`);
   battle.commitChoices();
   for (let i = 0; !battle.ended && battle.requestState === 'switch'; i++) {
     need(i < MAX_MIDTURN, `more than ${MAX_MIDTURN} mid-turn requests in one turn`);
@@ -620,23 +627,75 @@ function leaf(decision, spec) {
   }
   const side = st.usIndex + 1;
   const mine = extractChannelMessages(battle.log.join('\n'), [side])[side];
-  return {
+  const out = {
     lines: mine.filter((l) => !l.startsWith('|t:|')).join('\n'),
     request: battle.ended ? null : us.activeRequest,
     ended: battle.ended,
     winner: !battle.ended ? null : battle.winner === us.name ? 'us' : battle.winner ? 'them' : 'tie',
     value: value(battle, st.usIndex),
   };
+  if (kept && !battle.ended) {
+    const ser = State.serializeBattle(battle);
+    ser.log = [];
+    ser.sentLogPos = 0;
+    out.kept = kept.push({ser, usIndex: st.usIndex}) - 1;
+  }
+  return out;
 }
 
-function leaves(msg) {
+// STRONGEST (above) for SIDE against FOE's active.
+function strongest(battle, side, foe) {
+  const choices = legalChoices(side);
+  const req = side.activeRequest;
+  if (choices[0] === WAIT || req.forceSwitch) return choices[0];
+  const me = side.active[0];
+  const target = foe.active[0];
+  let best = choices[0];
+  let top = 0;
+  req.active[0].moves.forEach((entry, i) => {
+    const choice = `move ${i + 1}`;
+    if (!choices.includes(choice) || !target || target.fainted) return;
+    const move = battle.dex.moves.get(entry.id);
+    if (!move.exists || move.category === 'Status') return;
+    const hits = !battle.dex.getImmunity(move.type, target) ? 0 : 2 ** battle.dex.getEffectiveness(move.type, target);
+    const ratio = move.category === 'Physical'
+      ? me.getStat('atk', false, true) / target.getStat('def', false, true)
+      : me.getStat('spa', false, true) / target.getStat('spd', false, true);
+    const score = (move.basePower || 60) * (me.hasType(move.type) ? 1.5 : 1) * hits * ratio *
+      (move.accuracy === true ? 1 : move.accuracy / 100);
+    if (score > top) {
+      top = score;
+      best = choice;
+    }
+  });
+  return best;
+}
+
+function leaf(decision, spec, keep) {
+  need(Array.isArray(spec) && spec.length === 4, 'a leaf is [state, our choice, their choice, seed]');
+  const [k, ours, theirs, seed] = spec;
+  const st = decision.states[k];
+  need(st, `no state ${k}`);
+  need(typeof ours === 'string' && typeof theirs === 'string', 'a leaf names both choices');
+  return play(st, ours, theirs, seed, keep ? decision.kept : null);
+}
+
+function nextLeaf(decision, spec) {
+  need(Array.isArray(spec) && spec.length === 3, 'a next leaf is [kept number, our choice | null, seed]');
+  const [n, ours, seed] = spec;
+  const st = decision.kept[n];
+  need(st, `no kept leaf ${n}`);
+  return play(st, ours, null, seed, null);
+}
+
+function leaves(msg, one) {
   const decision = decisions.get(msg.decision);
   need(decision, `no decision '${msg.decision}' (never built, or dropped)`);
   need(Array.isArray(msg.leaves), 'no leaves');
   return {
     leaves: msg.leaves.map((spec) => {
       try {
-        return leaf(decision, spec);
+        return one(decision, spec);
       } catch (err) {
         return {error: err instanceof BadRequest ? err.message : String(err && err.stack || err).split('\n').slice(0, 3).join(' | ')};
       }
@@ -657,7 +716,8 @@ function handle(line) {
     let body;
     switch (msg.op) {
     case 'build': body = build(msg); break;
-    case 'leaves': body = leaves(msg); break;
+    case 'leaves': body = leaves(msg, (d, spec) => leaf(d, spec, msg.keep)); break;
+    case 'next': body = leaves(msg, nextLeaf); break;
     case 'sample': body = sample(msg); break;
     case 'drop': decisions.delete(msg.decision); body = {}; break;
     case 'ping': body = {}; break;

@@ -79,6 +79,7 @@ class Leaf:
     winner: Optional[str] = None  # "us", "them" or "tie" once ended
     value: float = 0.0  # network-free: HP and Pokémon left, in [-1, 1]; ±1 (0 a tie) at an end
     error: Optional[str] = None
+    kept: Optional[int] = None  # asked to keep it (a live leaf): its number for :meth:`LeafHub.next`
 
 
 class LeafHub:
@@ -143,13 +144,22 @@ class LeafHub:
                                      "us": us, "states": list(states)})
         return [BuiltState(s["request"], s["ours"], s["theirs"]) for s in reply["states"]]
 
-    async def leaves(self, decision: str,
-                     leaves: Sequence[tuple[int, str, str, Seed]]) -> list[Leaf]:
+    async def leaves(self, decision: str, leaves: Sequence[tuple[int, str, str, Seed]],
+                     keep: bool = False) -> list[Leaf]:
         """Play each (state index, our choice, their choice, seed) for one turn from a copy of
         the built state. A leaf the simulator refuses (a choice it does not allow) comes back
-        with ``error`` set; the others are played."""
-        reply = await self._request({"op": "leaves", "decision": decision,
+        with ``error`` set; the others are played. ``keep``: each live leaf's battle is kept
+        (``Leaf.kept``) for :meth:`next`, until the decision is dropped."""
+        reply = await self._request({"op": "leaves", "decision": decision, "keep": bool(keep),
                                      "leaves": [[int(k), a, b, s] for k, a, b, s in leaves]})
+        return [Leaf(**leaf) for leaf in reply["leaves"]]
+
+    async def next(self, decision: str, leaves: Sequence[tuple[int, Optional[str], Seed]]) -> list[Leaf]:
+        """Play the turn after each kept leaf (its ``kept`` number, our choice or None, a seed):
+        the opponent plays its strongest attack on our active (leafhub.js's STRONGEST), and so do
+        we where our choice is None."""
+        reply = await self._request({"op": "next", "decision": decision,
+                                     "leaves": [[int(n), a, s] for n, a, s in leaves]})
         return [Leaf(**leaf) for leaf in reply["leaves"]]
 
     async def sample(self, format: str, known: Sequence[dict], k: int, size: int,

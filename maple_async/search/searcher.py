@@ -6,7 +6,8 @@ per state each choice of ours searched (all; with a network and ``actions`` N, t
 likeliest) meets at most ``replies`` of the opponent's: in ``slot`` order (their moves, then
 switches, then tera variants) or, by ``threat`` with a network, the ones that score worst for us
 when every choice of theirs is first played against our likeliest; each joint action played
-``seeds`` times from a copy with a fresh seed; a cell of a state's table is the mean of its
+``seeds`` times from a copy with a fresh seed (with ``depth`` 2, each of the table's live leaves
+then plays the turn after it: :meth:`Searcher._second`); a cell of a state's table is the mean of its
 leaves' values: network-free by default (HP and Pokémon left, :class:`~.leaves.Leaf`), or a
 ``value`` object's (:class:`~.value.NetworkValue`: the agent's own value head, which also gives
 the policy's probabilities as a prior, mixed in by ``prior_weight`` or, with ``q_scale``, weighted
@@ -143,7 +144,7 @@ class Searcher:
                  + [(m, floor) for m in range(cfg.states - 1, 0, -1)]
                  + [(1, r) for r in range(floor - 1, 0, -1)])
         for m, r in steps:
-            leaves = (max(n_theirs or THEIRS, r) if ranked else 0) + n_ours * r
+            leaves = (max(n_theirs or THEIRS, r) if ranked else 0) + n_ours * r * cfg.depth
             if m * (self.state_ms + leaves * cfg.seeds * self.leaf_ms) <= cfg.budget_ms:
                 return m, r
         return 1, 1
@@ -279,8 +280,12 @@ class Searcher:
                     chosen = {k: replies(built[k].theirs, replies_n) for k in kept}
                 # the table's leaves are all fresh: the first pass's were kept for scoring low
                 specs = self._specs([(k, ours[a], b) for k in kept for a in rows for b in chosen[k]])
-                leaves = await self.hub.leaves(decision, specs)
-                scores = scored(leaves)
+                leaves = await self.hub.leaves(decision, specs, keep=cfg.depth > 1)
+                if cfg.depth > 1:
+                    scores, n_next, ms = await self._second(decision, leaves, value)
+                    value_ms += ms
+                else:
+                    scores, n_next = scored(leaves), 0
                 played = sum(meter) - built_ms
             finally:
                 await self.hub.drop(decision)
@@ -309,11 +314,36 @@ class Searcher:
             log.debug("%s scores %s prior %s -> %s", decision, np.round(picked.scores, 3),
                       None if row_prior is None else np.round(row_prior / row_prior.sum(), 3),
                       ours[rows[picked.action]])
-        n_leaves = len(first) + len(specs)
+        n_leaves = len(first) + len(specs) + n_next
         self.stats.searched += 1
         self.stats.leaves += n_leaves
         self._measured(len(states), sample_ms + built_ms, n_leaves, played + value_ms)
         return ours[rows[picked.action]]
+
+    async def _second(self, decision: str, leaves, value) -> tuple[np.ndarray, int, float]:
+        """Two-turn scores of the table's leaves (``search.depth`` 2), how many second turns
+        were played and the leaf values' milliseconds: each live leaf plays one more turn, we
+        the policy's likeliest choice there (without a network: our strongest attack), the
+        opponent its strongest attack on our active; a leaf whose second turn fails (or whose
+        choice no action names) keeps its one-turn score."""
+        t = time.perf_counter()
+        first = value(leaves, keep=True) if value is not None else None
+        scores = first.scores.copy() if first is not None else np.array([leaf.value for leaf in leaves])
+        live = [i for i, leaf in enumerate(leaves) if leaf.kept is not None
+                and (first is None or (first.after[i] is not None and first.after[i].choice is not None))]
+        ms = (time.perf_counter() - t) * 1000
+        if live:
+            seeds = self._rng.integers(0, 1 << 16, (len(live), 4))
+            nxt = await self.hub.next(decision, [
+                (leaves[i].kept, first.after[i].choice if first is not None else None, [int(x) for x in s])
+                for i, s in zip(live, seeds)])
+            t = time.perf_counter()
+            two = (value.second([first.after[i] for i in live], nxt) if first is not None
+                   else np.array([np.nan if leaf.error else leaf.value for leaf in nxt]))
+            ms += (time.perf_counter() - t) * 1000
+            ok = np.isfinite(two)
+            scores[np.asarray(live)[ok]] = two[ok]
+        return scores, len(live), ms
 
     def _rows(self, ours: list[str], prior: Optional[np.ndarray]) -> list[int]:
         """Our choices searched, as indices into ``ours``: with a prior and ``actions`` N, its

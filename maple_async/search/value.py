@@ -187,9 +187,20 @@ def prior_over(battle, root: Root, choices: Sequence[str]) -> np.ndarray:
 
 
 @dataclass
+class After:
+    """A live leaf as the agent would meet it, for the turn after it (``search.depth`` 2)."""
+    battle: object  # the root's copy after the leaf's turn
+    tracker: Optional[RewardTracker]  # the reward tracker after it
+    hidden: np.ndarray  # h after the leaf's forward: the next turn's input hidden state
+    choice: Optional[str]  # the policy's likeliest choice there (None: no choice names it)
+    reward: float  # r(root -> leaf)
+
+
+@dataclass
 class LeafValues:
     values: np.ndarray  # the value head's (±1 or 0 at an end); NaN: the leaf had an error
     scores: np.ndarray  # what the search compares: r(root -> leaf) + gamma V(leaf), or the final reward
+    after: Optional[list] = None  # with ``keep``: an :class:`After` per live leaf, else None
 
 
 class DecisionValue:
@@ -219,39 +230,76 @@ class DecisionValue:
         """The leaf's observation, as the agent would encode it at its next decision."""
         return enc.encode(self.leaf_battle(leaf), incremental=False)
 
-    def __call__(self, leaves: Sequence[Leaf]) -> LeafValues:
+    @staticmethod
+    def _final(leaf: Leaf, battle, tracker: RewardTracker) -> tuple[float, float]:
+        """An ended leaf's value (±1 or 0) and its final reward, from ``battle`` after its lines."""
+        value = WIN.get(leaf.winner, 0.0)
+        if leaf.winner == "us" and not battle.won:
+            battle.won_by(battle.player_username)  # (the lines carry the winner's name)
+        elif leaf.winner == "them" and not battle.lost:
+            battle.won_by(battle.opponent_username)
+        return value, tracker.final(battle)
+
+    def _scored(self, leaves: Sequence[Leaf], battles: Optional[Sequence], trackers: Sequence,
+                hidden: Optional[np.ndarray], keep: bool = False) -> LeafValues:
+        """Each leaf from ``battles[i]`` (a battle before its lines; None: copies of the root),
+        ``trackers[i]`` and hidden state ``hidden[i]`` (None: the root's ``h_t``): values and
+        scores; with ``keep``, an :class:`After` per live leaf."""
         n = len(leaves)
         values = np.full(n, np.nan)
         scores = np.full(n, np.nan)
-        live, obs, rewards = [], [], []
+        after: list = [None] * n
+        live, obs, masks, rewards, kept = [], [], [], [], []
         for i, leaf in enumerate(leaves):
             if leaf.error is not None:
                 continue
-            # a shallow copy: a step rebinds only the copy's _last (its totals are never read here)
-            tracker = copy.copy(self.tracker) if self.tracker is not None else None
-            if leaf.ended:
-                values[i] = WIN.get(leaf.winner, 0.0)
-                if tracker is None:
-                    scores[i] = values[i]
-                else:
-                    b = self.leaf_battle(leaf)
-                    if leaf.winner == "us" and not b.won:
-                        b.won_by(b.player_username)  # (the lines carry the winner's name)
-                    elif leaf.winner == "them" and not b.lost:
-                        b.won_by(b.opponent_username)
-                    scores[i] = tracker.final(b)
+            tracker = trackers[i]
+            if leaf.ended and tracker is None:
+                values[i] = scores[i] = WIN.get(leaf.winner, 0.0)
                 continue
-            b = self.leaf_battle(leaf)
+            b = battles[i] if battles is not None else pickle.loads(self.blob)
+            apply_leaf(b, leaf.lines, None if leaf.ended else leaf.request)
+            if leaf.ended:
+                values[i], scores[i] = self._final(leaf, b, tracker)
+                continue
             state: list = []
-            obs.append(enc.encode(b, side_state=state, incremental=False))
+            mask = np.zeros(act.N_ACTIONS, dtype=bool)
+            obs.append(enc.encode(b, side_state=state, mask=mask, incremental=False))
+            masks.append(mask)
             rewards.append(tracker.step(b, state) if tracker is not None else 0.0)
             live.append(i)
+            kept.append((b, tracker))
         if live:
-            h = np.repeat(self.root.h_after[None], len(live), axis=0)
-            _, v, _ = _forward(self.policy, np.stack(obs), h)
+            h = np.repeat(self.root.h_after[None], len(live), axis=0) if hidden is None else hidden[live]
+            logits, v, new_h = _forward(self.policy, np.stack(obs), h)
             values[live] = v
             scores[live] = np.asarray(rewards) + (self.gamma if self.tracker is not None else 1.0) * v
-        return LeafValues(values, scores)
+            if keep:
+                with torch.inference_mode():
+                    best = masked_logits(logits.float(), torch.from_numpy(np.stack(masks)).to(logits.device))
+                    best = best.argmax(-1).cpu().numpy()
+                for j, i in enumerate(live):
+                    b, tracker = kept[j]
+                    after[i] = After(b, tracker, new_h[j], action_choice(b, int(best[j])) if masks[j].any()
+                                     else None, rewards[j])
+        return LeafValues(values, scores, after if keep else None)
+
+    def __call__(self, leaves: Sequence[Leaf], keep: bool = False) -> LeafValues:
+        """The leaves of one turn from the root; ``keep``: with an :class:`After` per live leaf."""
+        n = len(leaves)
+        # a shallow copy: a step rebinds only the copy's _last (its totals are never read here)
+        trackers = [copy.copy(self.tracker) if self.tracker is not None else None for _ in range(n)]
+        return self._scored(leaves, None, trackers, None, keep)
+
+    def second(self, after: Sequence[After], leaves: Sequence[Leaf]) -> np.ndarray:
+        """Two-turn scores: ``after[i]``'s leaf, then ``leaves[i]`` (the turn after it):
+        ``r1 + gamma * (r2 + gamma * V)`` (an end: ``r1 + gamma * final reward``); NaN where
+        the second turn had an error."""
+        hidden = np.stack([a.hidden for a in after]) if after else np.zeros((0, 1), np.float32)
+        second = self._scored(leaves, [a.battle for a in after], [a.tracker for a in after], hidden)
+        g = self.gamma if self.tracker is not None else 1.0
+        return np.array([a.reward + g * s if self.tracker is not None else s
+                         for a, s in zip(after, second.scores)], dtype=float)
 
 
 class NetworkValue:
