@@ -184,6 +184,14 @@ async def test_a_kept_leaf_plays_the_turn_after_it_and_each_side_defaults_to_its
         assert again.lines == strongest.lines and again.request == strongest.request  # the kept leaf unchanged
         assert "|move|p1a: Jolteon|Baton Pass" in passed.lines and "|move|p2a: Garchomp|Earthquake" in passed.lines
         assert "no kept leaf 7" in gone.error
+        # Gengar (Levitate): Earthquake cannot touch it and Explosion faints the user, so
+        # Garchomp's strongest attack is Outrage
+        gengar = mon("Gengar", "Levitate", "Life Orb", ["Shadow Ball", "Focus Blast", "Substitute", "Pain Split"])
+        bomber = mon("Garchomp", "Rough Skin", "Life Orb", ["Explosion", "Earthquake", "Outrage", "Swords Dance"])
+        await hub.build("lev", fmt, [state(side("us", [gengar, BLISSEY]), side("them", [bomber, SKARMORY]))])
+        (sub,) = await hub.leaves("lev", [(0, "move 3", "move 4", SEEDS[0])], keep=True)
+        (split,) = await hub.next("lev", [(sub.kept, "move 4", SEEDS[1])])
+        assert "|move|p2a: Garchomp|Outrage" in split.lines, split.lines
         await hub.drop("two")
         with pytest.raises(LeafRequestError, match="no decision 'two'"):
             await hub.next("two", [(0, None, SEEDS[0])])

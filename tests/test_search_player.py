@@ -70,6 +70,7 @@ async def test_two_turn_leaves_score_the_turn_after_and_still_pick_the_ko(monkey
         searcher = Searcher(hub, SearchConfig(states=1, replies=6, depth=2, budget_ms=0), seed=3)
         assert await searcher.search("gen4randombattle", "p1", [state]) == "move 3"
         (specs,) = turns
+        assert searcher.stats.second_failed == 0, searcher.stats.line()
         # every leaf of the 5 x 5 table plays one more turn (none ends: Skarmory is left); without
         # a network our side plays its strongest attack there
         assert len(specs) == 25 and all(ours is None for _, ours, _ in specs), specs
@@ -80,6 +81,25 @@ async def test_two_turn_leaves_score_the_turn_after_and_still_pick_the_ko(monkey
     assert s.plan(9) == (2, 6)  # 2 x (10 + 9 x 6 x 2) = 236
     s.leaf_ms = 1.5
     assert s.plan(9) == (2, 5)  # 2 x (10 + 162) = 344 for six; five: 290
+
+
+async def test_second_turns_replace_the_scores_of_live_leaves_only():
+    from maple_async.search.leaves import Leaf
+
+    class Hub:
+        async def next(self, decision, specs):
+            self.specs = specs
+            return [Leaf(value=0.9), Leaf(error="their choice refused")]
+
+    hub = Hub()
+    leaves = [Leaf(value=0.1, kept=0), Leaf(value=1.0, ended=True, winner="us"), Leaf(error="refused"),
+              Leaf(value=0.2, kept=1)]
+    s = Searcher(hub, SearchConfig(depth=2))
+    scores, n, _ = await s._second("d", leaves, None)
+    assert [(k, ours) for k, ours, _ in hub.specs] == [(0, None), (1, None)]  # the kept leaves, ours: our strongest
+    assert n == 2 and scores[0] == 0.9 and scores[1] == 1.0  # a second turn's value; an end keeps its own
+    assert scores[3] == 0.2 and s.stats.second_failed == 1  # a failed second turn keeps the first's score
+    assert "1 second turns failed" in s.stats.line()
 
 
 def test_replies_put_moves_first():

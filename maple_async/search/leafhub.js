@@ -61,7 +61,8 @@
 // theirs over twice the larger team, in [-1, 1]; an ended battle is 1, -1 or 0 (a tie).
 // STRONGEST: a side's second turn in a two-turn leaf, a plain max-damage bot: the move with the
 // best base power x STAB x type effectiveness x its attacking stat over the foe's defence x
-// accuracy (tera, status moves and switches aside); with no damaging move, its first legal choice.
+// accuracy (tera, status moves, switches, self-fainting moves and Fake Out aside; immunities by
+// type, grounding and the absorbing abilities count); with no damaging move, its first legal choice.
 // argv[2]: the pokemon-showdown package directory.
 'use strict';
 const path = require('path');
@@ -643,6 +644,14 @@ function play(st, ours, theirs, seed, kept) {
   return out;
 }
 
+// Abilities that take a move type in (STRONGEST does not aim at them).
+const ABSORBS = {
+  Electric: ['voltabsorb', 'lightningrod', 'motordrive'], Water: ['waterabsorb', 'stormdrain', 'dryskin'],
+  Fire: ['flashfire'], Grass: ['sapsipper'],
+};
+// Moves STRONGEST passes over: they faint the user, or fail after its first turn in.
+const NOT_AIMED = new Set(['explosion', 'selfdestruct', 'memento', 'finalgambit', 'mistyexplosion', 'fakeout', 'firstimpression']);
+
 // STRONGEST (above) for SIDE against FOE's active.
 function strongest(battle, side, foe) {
   const choices = legalChoices(side);
@@ -656,12 +665,15 @@ function strongest(battle, side, foe) {
     const choice = `move ${i + 1}`;
     if (!choices.includes(choice) || !target || target.fainted) return;
     const move = battle.dex.moves.get(entry.id);
-    if (!move.exists || move.category === 'Status') return;
-    const hits = !battle.dex.getImmunity(move.type, target) ? 0 : 2 ** battle.dex.getEffectiveness(move.type, target);
+    if (!move.exists || move.category === 'Status' || NOT_AIMED.has(move.id)) return;
+    const type = move.id === 'hiddenpower' ? me.hpType : move.type;
+    const absorbed = (ABSORBS[type] || []).includes(target.ability) ||
+      (target.ability === 'wonderguard' && battle.dex.getEffectiveness(type, target) <= 0);
+    const hits = absorbed || !target.runImmunity({...move, type}, false) ? 0 : 2 ** battle.dex.getEffectiveness(type, target);
     const ratio = move.category === 'Physical'
       ? me.getStat('atk', false, true) / target.getStat('def', false, true)
       : me.getStat('spa', false, true) / target.getStat('spd', false, true);
-    const score = (move.basePower || 60) * (me.hasType(move.type) ? 1.5 : 1) * hits * ratio *
+    const score = (move.basePower || 60) * (me.hasType(type) ? 1.5 : 1) * hits * ratio *
       (move.accuracy === true ? 1 : move.accuracy / 100);
     if (score > top) {
       top = score;

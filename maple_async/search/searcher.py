@@ -53,6 +53,7 @@ class SearchStats:
     ms: float = 0.0  # over searched decisions
     compute_ms: float = 0.0  # the leaf process's and the leaf values' (what search.budget_ms bounds)
     over_3x: int = 0  # searched decisions whose compute passed 3 budgets
+    second_failed: int = 0  # search.depth 2: second turns the simulator refused (the first turn's score kept)
     states_dropped: int = 0  # sampled states whose built request disagreed with ours
     relaxed: int = 0  # opponent sets no generator draw agreed with (revealed facts written over)
     examples: dict = field(default_factory=dict)  # reason or error kind -> its latest message
@@ -67,7 +68,8 @@ class SearchStats:
                 + (f" ({by})" if by else "") + f", failed {failed / n:.1%}"
                 + (f" ({', '.join(f'{k} {v}' for k, v in self.failed.items())})" if failed else "")
                 + f"; per searched decision {self.ms / s:.0f} ms, {self.compute_ms / s:.0f} ms of compute, "
-                + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else ""))
+                + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else "")
+                + (f"; {self.second_failed} second turns failed" if self.second_failed else ""))
 
 
 def legal_choices(request: dict) -> list[str]:
@@ -343,6 +345,9 @@ class Searcher:
             ms += (time.perf_counter() - t) * 1000
             ok = np.isfinite(two)
             scores[np.asarray(live)[ok]] = two[ok]
+            self.stats.second_failed += int((~ok).sum())
+            if not ok.all():
+                log.debug("%s: second turns failed: %s", decision, next((x.error for x in nxt if x.error), None))
         return scores, len(live), ms
 
     def _rows(self, ours: list[str], prior: Optional[np.ndarray]) -> list[int]:

@@ -189,7 +189,7 @@ def prior_over(battle, root: Root, choices: Sequence[str]) -> np.ndarray:
 @dataclass
 class After:
     """A live leaf as the agent would meet it, for the turn after it (``search.depth`` 2)."""
-    battle: object  # the root's copy after the leaf's turn
+    battle: object  # the root's copy after the leaf's turn (None once its second turn is played)
     tracker: Optional[RewardTracker]  # the reward tracker after it
     hidden: np.ndarray  # h after the leaf's forward: the next turn's input hidden state
     choice: Optional[str]  # the policy's likeliest choice there (None: no choice names it)
@@ -294,9 +294,14 @@ class DecisionValue:
     def second(self, after: Sequence[After], leaves: Sequence[Leaf]) -> np.ndarray:
         """Two-turn scores: ``after[i]``'s leaf, then ``leaves[i]`` (the turn after it):
         ``r1 + gamma * (r2 + gamma * V)`` (an end: ``r1 + gamma * final reward``); NaN where
-        the second turn had an error."""
+        the second turn had an error. Each :class:`After` is played once (its battle and
+        tracker move on)."""
+        if any(a.battle is None for a in after):
+            raise ValueError("an After's second turn was already played")
         hidden = np.stack([a.hidden for a in after]) if after else np.zeros((0, 1), np.float32)
         second = self._scored(leaves, [a.battle for a in after], [a.tracker for a in after], hidden)
+        for a in after:
+            a.battle = None
         g = self.gamma if self.tracker is not None else 1.0
         return np.array([a.reward + g * s if self.tracker is not None else s
                          for a, s in zip(after, second.scores)], dtype=float)
