@@ -263,7 +263,7 @@ class DecisionValue:
                 values[i], scores[i] = self._final(leaf, b, tracker)
                 continue
             state: list = []
-            mask = np.zeros(act.N_ACTIONS, dtype=bool)
+            mask = np.zeros(act.N_ACTIONS, dtype=bool) if keep else None  # (only the next turn's choice reads it)
             obs.append(enc.encode(b, side_state=state, mask=mask, incremental=False))
             masks.append(mask)
             rewards.append(tracker.step(b, state) if tracker is not None else 0.0)
