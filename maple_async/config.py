@@ -212,9 +212,9 @@ class SearchConfig:
     states: int = key(2, "sampled battle states per decision", gt=0)
     replies: int = key(6, "the opponent's replies per state at most (its moves first, then switches)", gt=0)
     seeds: int = key(1, "leaves per joint action, each turn played with a fresh seed", gt=0)
-    depth: int = key(1, "turns a leaf plays: 1, or 2 (the turn after: we play the policy's likeliest "
-                        "choice there, or without a network our strongest attack; the opponent its "
-                        "strongest attack on our active)", gt=0, le=2)
+    depth: int = key(1, "turns a leaf plays: 1, 2 or 3 (the turns after the first: we play the policy's "
+                        "likeliest choice there, or without a network our strongest attack; the opponent "
+                        "its strongest attack on our active)", gt=0, le=3)
     actions: int = key(3, "our choices searched with a network: the policy's most likely N (only they can "
                           "be chosen; the prior is renormalised over them); 0: all", ge=0)
     reply_order: str = key("threat", "which replies a state keeps: 'threat' (with a network: each of the "

@@ -184,6 +184,18 @@ async def test_a_kept_leaf_plays_the_turn_after_it_and_each_side_defaults_to_its
         assert again.lines == strongest.lines and again.request == strongest.request  # the kept leaf unchanged
         assert "|move|p1a: Jolteon|Baton Pass" in passed.lines and "|move|p2a: Garchomp|Earthquake" in passed.lines
         assert "no kept leaf 7" in gone.error
+        # a choice of ours the simulator refuses there (a trap the agent's view did not show)
+        # gives way to our strongest attack, not an error
+        (refused,) = await hub.next("two", [(0, "move 9", SEEDS[1])])
+        assert refused.error is None and refused.lines == strongest.lines
+        # search.depth 3: a turn after a kept leaf is kept in turn, and the turn after that plays
+        (kept2,) = await hub.next("two", [(first.kept, None, SEEDS[1])], keep=True)
+        assert kept2.kept is not None and kept2.kept != first.kept
+        turn = int(kept2.lines.split("|turn|")[-1].split()[0])
+        assert f"|turn|{turn - 1}" in first.lines
+        (third,) = await hub.next("two", [(kept2.kept, "move 1", SEEDS[2])])
+        assert f"|turn|{turn + 1}" in third.lines and f"|turn|{turn}\n" not in third.lines, third.lines
+        assert third.kept is None  # not asked to keep
         # Gengar (Levitate): Earthquake cannot touch it and Explosion faints the user, so
         # Garchomp's strongest attack is Outrage
         gengar = mon("Gengar", "Levitate", "Life Orb", ["Shadow Ball", "Focus Blast", "Substitute", "Pain Split"])

@@ -9,6 +9,7 @@ wiring (held out, doubles refused).
 import asyncio
 import shutil
 
+import numpy as np
 import pytest
 from poke_env.player import RandomPlayer
 
@@ -56,26 +57,31 @@ async def test_the_searcher_picks_the_ko(rule):
 
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
-async def test_two_turn_leaves_score_the_turn_after_and_still_pick_the_ko(monkeypatch):
+@pytest.mark.parametrize("depth", [2, 3])
+async def test_two_and_three_turn_leaves_score_the_turns_after_and_still_pick_the_ko(monkeypatch, depth):
     state = KO_POSITION
     async with LeafHub() as hub:
         turns = []
         nxt = hub.next
 
-        async def recorded(decision, specs):
-            turns.append(specs)
-            return await nxt(decision, specs)
+        async def recorded(decision, specs, keep=False):
+            turns.append((specs, keep))
+            return await nxt(decision, specs, keep=keep)
 
         monkeypatch.setattr(hub, "next", recorded)
-        searcher = Searcher(hub, SearchConfig(states=1, replies=6, depth=2, budget_ms=0), seed=3)
+        searcher = Searcher(hub, SearchConfig(states=1, replies=6, depth=depth, budget_ms=0), seed=3)
         assert await searcher.search("gen4randombattle", "p1", [state]) == "move 3"
-        (specs,) = turns
-        assert searcher.stats.second_failed == 0, searcher.stats.line()
+        assert len(turns) == depth - 1 and [keep for _, keep in turns] == [True] * (depth - 2) + [False]
+        specs = turns[0][0]
+        assert searcher.stats.later_failed == 0, searcher.stats.line()
         # every leaf of the 5 x 5 table plays one more turn (none ends: Skarmory is left); without
         # a network our side plays its strongest attack there
         assert len(specs) == 25 and all(ours is None for _, ours, _ in specs), specs
-        assert searcher.stats.leaves == 25 + len(specs)
-        assert len({n for n, _, _ in specs}) == len(specs)  # each kept leaf once
+        assert searcher.stats.leaves == 25 + sum(len(t) for t, _ in turns)
+        for t, _ in turns:
+            assert len({n for n, _, _ in t}) == len(t)  # each kept leaf once
+        if depth == 3:  # the third turn: the second's live leaves, by their own kept numbers
+            assert 0 < len(turns[1][0]) <= 25 and {n for n, _, _ in turns[1][0]} <= set(range(25, 50))
     s = Searcher(None, SearchConfig(states=2, replies=6, depth=2, budget_ms=300))
     s.state_ms, s.leaf_ms = 10.0, 1.0
     assert s.plan(9) == (2, 6)  # 2 x (10 + 9 x 6 x 2) = 236
@@ -83,23 +89,39 @@ async def test_two_turn_leaves_score_the_turn_after_and_still_pick_the_ko(monkey
     assert s.plan(9) == (2, 5)  # 2 x (10 + 162) = 344 for six; five: 290
 
 
-async def test_second_turns_replace_the_scores_of_live_leaves_only():
+async def test_later_turns_replace_the_scores_of_live_leaves_only():
     from maple_async.search.leaves import Leaf
 
     class Hub:
-        async def next(self, decision, specs):
-            self.specs = specs
-            return [Leaf(value=0.9), Leaf(error="their choice refused")]
+        def __init__(self, answers):
+            self.answers, self.specs = answers, []
 
-    hub = Hub()
+        async def next(self, decision, specs, keep=False):
+            self.specs.append(specs)
+            return self.answers.pop(0)
+
     leaves = [Leaf(value=0.1, kept=0), Leaf(value=1.0, ended=True, winner="us"), Leaf(error="refused"),
               Leaf(value=0.2, kept=1)]
+    hub = Hub([[Leaf(value=0.9), Leaf(error="their choice refused")]])
     s = Searcher(hub, SearchConfig(depth=2))
-    scores, n, _ = await s._second("d", leaves, None)
-    assert [(k, ours) for k, ours, _ in hub.specs] == [(0, None), (1, None)]  # the kept leaves, ours: our strongest
-    assert n == 2 and scores[0] == 0.9 and scores[1] == 1.0  # a second turn's value; an end keeps its own
-    assert scores[3] == 0.2 and s.stats.second_failed == 1  # a failed second turn keeps the first's score
-    assert "1 second turns failed" in s.stats.line()
+    scores, n, _ = await s._onward("d", leaves, None)
+    assert [(k, ours) for k, ours, _ in hub.specs[0]] == [(0, None), (1, None)]  # the kept leaves, ours: our strongest
+    # a second turn's value, a turn later (LATER: sooner wins first); an end keeps its own
+    assert n == 2 and scores[0] == pytest.approx(0.99 * 0.9) and scores[1] == 1.0
+    assert scores[3] == 0.2 and s.stats.later_failed == 1  # a failed second turn keeps the first's score
+    assert "1 later turns failed" in s.stats.line()
+    # three turns: the third turn's scores land on their own table rows; a leaf that ended or
+    # failed in the second turn plays no third, and a failed third keeps the second's score
+    leaves = [Leaf(value=0.1, kept=0), Leaf(value=0.3, kept=1), Leaf(value=1.0, ended=True, winner="us"),
+              Leaf(value=0.2, kept=2), Leaf(value=0.4, kept=3)]
+    hub = Hub([[Leaf(value=0.5, kept=4), Leaf(value=-1.0, ended=True, winner="them"), Leaf(value=0.6, kept=5),
+                Leaf(value=0.7, kept=6)],
+               [Leaf(value=0.55), Leaf(error="refused"), Leaf(value=0.75)]])
+    s = Searcher(hub, SearchConfig(depth=3))
+    scores, n, _ = await s._onward("d", leaves, None)
+    assert [k for k, _, _ in hub.specs[0]] == [0, 1, 2, 3] and [k for k, _, _ in hub.specs[1]] == [4, 5, 6]
+    np.testing.assert_allclose(scores, [0.99 ** 2 * 0.55, -0.99, 1.0, 0.99 * 0.6, 0.99 ** 2 * 0.75])
+    assert n == 7 and s.stats.later_failed == 1
 
 
 def test_replies_put_moves_first():
@@ -202,7 +224,7 @@ def test_search_keys_are_config_keys_refused_in_one_line():
                             ("search.prior_weight", 1.5, "'search.prior_weight' must be <= 1"),
                             ("search.budget_ms", -1, "'search.budget_ms' must be >= 0"),
                             ("search.q_scale", -0.5, "'search.q_scale' must be >= 0"),
-                            ("search.depth", 3, "'search.depth' must be <= 2"),
+                            ("search.depth", 4, "'search.depth' must be <= 3"),
                             ("search.rule", "mcts", "'search.rule' must be one of maxmin")]:
         with pytest.raises(ConfigError, match=why):
             C.load(None, {key: value})

@@ -165,15 +165,43 @@ async def test_a_two_turn_leaf_is_valued_as_the_agent_values_the_state_two_decis
         t.step(pickle.loads(root["battle"]))
         r1 = t.step(pickle.loads(mid["battle"]))
         r2 = t.step(pickle.loads(end["battle"]))
-        want.append(end["value"])
+        want.append(0.99 * end["value"])  # without a reward config: discounted a turn (dv's gamma)
         want_shaped.append(r1 + 0.9 * (r2 + 0.9 * end["value"]))
         second.append(Leaf(lines=lines2))
     # every triple's second turn in one batch: each row its own hidden state and reward tracker
-    np.testing.assert_allclose(dv.second(plain, second), want, atol=1e-5)
-    np.testing.assert_allclose(sv.second(shaped, second), want_shaped, atol=1e-5)
+    np.testing.assert_allclose(dv.onward(plain, second).scores, want, atol=1e-5)
+    np.testing.assert_allclose(sv.onward(shaped, second).scores, want_shaped, atol=1e-5)
     with pytest.raises(ValueError, match="already played"):
-        sv.second(shaped[:1], second[:1])
+        sv.onward(shaped[:1], second[:1])
     assert dv([Leaf(lines=lines1)]).after is None  # not asked to keep
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+async def test_a_three_turn_leaf_is_valued_as_the_agent_values_the_state_three_decisions_on(showdown_url):
+    # search.depth 3: as two turns, then a third from the After the second turn kept:
+    # the agent's own value and hidden state at t+3; with shaping, r1 + g (r2 + g (r3 + g V)).
+    from maple_async.obs.rewards import RewardTracker
+    policy, cfg = fresh_policy(seed=3)
+    pairs = _pairs(await _recorded_battle(showdown_url, policy))
+    chains = [(a, b, c) for a, b, c in zip(pairs, pairs[1:], pairs[2:]) if a[2] is b[0] and b[2] is c[0]]
+    assert len(chains) >= 3, "too short a battle to compare"
+    reward = C.RewardConfig(win=1.0, hp=0.1, faint=0.05)
+    for (root, lines1, mid), (_, lines2, mid2), (_, lines3, end) in chains:
+        t = RewardTracker(reward, 0.9)
+        t.step(pickle.loads(root["battle"]))
+        r1, r2, r3 = (t.step(pickle.loads(x["battle"])) for x in (mid, mid2, end))
+        for dv, two_want, three_want in (
+                (DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"]),
+                 0.99 * mid2["value"], 0.99 ** 2 * end["value"]),
+                (DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"], reward, gamma=0.9),
+                 r1 + 0.9 * (r2 + 0.9 * mid2["value"]), r1 + 0.9 * (r2 + 0.9 * (r3 + 0.9 * end["value"])))):
+            (a1,) = dv([Leaf(lines=lines1)], keep=True).after
+            two = dv.onward([a1], [Leaf(lines=lines2)], keep=True)
+            (a2,) = two.after
+            np.testing.assert_allclose(a2.hidden, mid2["h_after"], atol=1e-5)
+            assert two.scores[0] == pytest.approx(two_want, abs=1e-5)
+            assert dv.onward([a2], [Leaf(lines=lines3)]).scores[0] == pytest.approx(three_want, abs=1e-5)
 
 
 def test_ended_leaves_score_the_outcome():
@@ -199,7 +227,7 @@ def _checkpoint(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
-@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("depth", [1, 3])
 def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path, depth):
     path = _checkpoint(tmp_path)
     e = run_cli("eval", "--checkpoint", path, "--opponent", "random", "--battles", "2", "--search",
@@ -210,7 +238,7 @@ def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path, 
     share = float(line.split("searched ")[1].split("%")[0])
     assert share > 0, line
     assert "per searched decision" in line and "ms of compute" in line and "leaves" in line
-    assert "failed 0.0%" in line and "second turns failed" not in line, line  # (counted there, not raised)
+    assert "failed 0.0%" in line and "later turns failed" not in line, line  # (counted there, not raised)
 
 
 @pytest.mark.integration

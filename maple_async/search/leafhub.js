@@ -8,9 +8,9 @@
 //    "keep": bool}
 //     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value", "kept"} | {"error"}]}
 //        ("kept": with "keep", a live leaf's battle is kept under this number for "next")
-//   {"id", "op": "next", "decision", "leaves": [[kept number, our choice | null, SEED], ...]}
+//   {"id", "op": "next", "decision", "leaves": [[kept number, our choice | null, SEED], ...], "keep": bool}
 //     -> as "leaves": the turn after a kept leaf; the opponent plays its strongest attack on our
-//        active (STRONGEST below), and so do we where our choice is null
+//        active (STRONGEST below), and so do we where our choice is null or refused
 //   {"id", "op": "sample", "format", "seed": SEED, "k", "size", "known": [KNOWN, ...], "tries"}
 //     -> {"id", "ok": true, "teams": [[set, ...] x k], "relaxed": n}   (the opponent's teams: below)
 //   {"id", "op": "drop", "decision"}  -> {"id", "ok": true}
@@ -608,13 +608,16 @@ function choose(battle, side, choice, whose) {
 }
 
 // One turn of a copy of ST ({ser, usIndex}) from both choices (null: STRONGEST); with KEPT (a
-// list), a live end state is kept in it and its number answered.
-function play(st, ours, theirs, seed, kept) {
+// list), a live end state is kept in it and its number answered. FALLBACK: our choice, if the
+// simulator refuses it (a switch out of a trap our view did not show), gives way to STRONGEST.
+function play(st, ours, theirs, seed, kept, fallback = false) {
   const battle = State.deserializeBattle({...st.ser, log: []});
   battle.prng = new PRNG(Array.isArray(seed) ? seed.join(',') : seed);
   const us = battle.sides[st.usIndex];
   const them = battle.sides[1 - st.usIndex];
-  choose(battle, us, ours === null ? strongest(battle, us, them) : ours, 'our');
+  if (!(fallback && ours !== null && us.choose(ours))) {
+    choose(battle, us, ours === null || fallback ? strongest(battle, us, them) : ours, 'our');
+  }
   const their = theirs === null ? strongest(battle, them, us) : theirs;
   if (their !== WAIT) choose(battle, them, their, 'their');
   need(battle.allChoicesDone(), `their choice '${their}' leaves a choice to make`);
@@ -692,12 +695,12 @@ function leaf(decision, spec, keep) {
   return play(st, ours, theirs, seed, keep ? decision.kept : null);
 }
 
-function nextLeaf(decision, spec) {
+function nextLeaf(decision, spec, keep) {
   need(Array.isArray(spec) && spec.length === 3, 'a next leaf is [kept number, our choice | null, seed]');
   const [n, ours, seed] = spec;
   const st = decision.kept[n];
   need(st, `no kept leaf ${n}`);
-  return play(st, ours, null, seed, null);
+  return play(st, ours, null, seed, keep ? decision.kept : null, true);
 }
 
 function leaves(msg, one) {
@@ -729,7 +732,7 @@ function handle(line) {
     switch (msg.op) {
     case 'build': body = build(msg); break;
     case 'leaves': body = leaves(msg, (d, spec) => leaf(d, spec, msg.keep)); break;
-    case 'next': body = leaves(msg, nextLeaf); break;
+    case 'next': body = leaves(msg, (d, spec) => nextLeaf(d, spec, msg.keep)); break;
     case 'sample': body = sample(msg); break;
     case 'drop': decisions.delete(msg.decision); body = {}; break;
     case 'ping': body = {}; break;

@@ -154,11 +154,12 @@ class LeafHub:
                                      "leaves": [[int(k), a, b, s] for k, a, b, s in leaves]})
         return [Leaf(**leaf) for leaf in reply["leaves"]]
 
-    async def next(self, decision: str, leaves: Sequence[tuple[int, Optional[str], Seed]]) -> list[Leaf]:
+    async def next(self, decision: str, leaves: Sequence[tuple[int, Optional[str], Seed]],
+                   keep: bool = False) -> list[Leaf]:
         """Play the turn after each kept leaf (its ``kept`` number, our choice or None, a seed):
         the opponent plays its strongest attack on our active (leafhub.js's STRONGEST), and so do
-        we where our choice is None."""
-        reply = await self._request({"op": "next", "decision": decision,
+        we where our choice is None or refused (a trap our view did not show). ``keep``: each live leaf is kept in turn, for a turn after it."""
+        reply = await self._request({"op": "next", "decision": decision, "keep": bool(keep),
                                      "leaves": [[int(n), a, s] for n, a, s in leaves]})
         return [Leaf(**leaf) for leaf in reply["leaves"]]
 

@@ -6,8 +6,8 @@ per state each choice of ours searched (all; with a network and ``actions`` N, t
 likeliest) meets at most ``replies`` of the opponent's: in ``slot`` order (their moves, then
 switches, then tera variants) or, by ``threat`` with a network, the ones that score worst for us
 when every choice of theirs is first played against our likeliest; each joint action played
-``seeds`` times from a copy with a fresh seed (with ``depth`` 2, each of the table's live leaves
-then plays the turn after it: :meth:`Searcher._second`); a cell of a state's table is the mean of its
+``seeds`` times from a copy with a fresh seed (with ``depth`` 2 or 3, each of the table's live
+leaves then plays the turns after it: :meth:`Searcher._onward`); a cell of a state's table is the mean of its
 leaves' values: network-free by default (HP and Pokémon left, :class:`~.leaves.Leaf`), or a
 ``value`` object's (:class:`~.value.NetworkValue`: the agent's own value head, which also gives
 the policy's probabilities as a prior, mixed in by ``prior_weight`` or, with ``q_scale``, weighted
@@ -38,6 +38,7 @@ log = logging.getLogger("maple_async.search")
 # First guesses of a decision's compute (the 2-core VM, loaded); measured costs replace them.
 STATE_MS, LEAF_MS, EMA = 25.0, 5.0, 0.2
 THEIRS = 9  # the opponent's choices a ranked plan prices when not told (gen 4: 4 moves, 5 switches)
+LATER = 0.99  # a network-free leaf's value a turn later: a sooner win (a later loss) scores higher
 TEAM = 6
 
 
@@ -53,7 +54,7 @@ class SearchStats:
     ms: float = 0.0  # over searched decisions
     compute_ms: float = 0.0  # the leaf process's and the leaf values' (what search.budget_ms bounds)
     over_3x: int = 0  # searched decisions whose compute passed 3 budgets
-    second_failed: int = 0  # search.depth 2: second turns the simulator refused (the first turn's score kept)
+    later_failed: int = 0  # search.depth 2+: later turns the simulator refused (the turns before scored)
     states_dropped: int = 0  # sampled states whose built request disagreed with ours
     relaxed: int = 0  # opponent sets no generator draw agreed with (revealed facts written over)
     examples: dict = field(default_factory=dict)  # reason or error kind -> its latest message
@@ -69,7 +70,7 @@ class SearchStats:
                 + (f" ({', '.join(f'{k} {v}' for k, v in self.failed.items())})" if failed else "")
                 + f"; per searched decision {self.ms / s:.0f} ms, {self.compute_ms / s:.0f} ms of compute, "
                 + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else "")
-                + (f"; {self.second_failed} second turns failed" if self.second_failed else ""))
+                + (f"; {self.later_failed} later turns failed" if self.later_failed else ""))
 
 
 def legal_choices(request: dict) -> list[str]:
@@ -284,7 +285,7 @@ class Searcher:
                 specs = self._specs([(k, ours[a], b) for k in kept for a in rows for b in chosen[k]])
                 leaves = await self.hub.leaves(decision, specs, keep=cfg.depth > 1)
                 if cfg.depth > 1:
-                    scores, n_next, ms = await self._second(decision, leaves, value)
+                    scores, n_next, ms = await self._onward(decision, leaves, value)
                     value_ms += ms
                 else:
                     scores, n_next = scored(leaves), 0
@@ -322,33 +323,44 @@ class Searcher:
         self._measured(len(states), sample_ms + built_ms, n_leaves, played + value_ms)
         return ours[rows[picked.action]]
 
-    async def _second(self, decision: str, leaves, value) -> tuple[np.ndarray, int, float]:
-        """Two-turn scores of the table's leaves (``search.depth`` 2), how many second turns
-        were played and the leaf values' milliseconds: each live leaf plays one more turn, we
-        the policy's likeliest choice there (without a network: our strongest attack), the
-        opponent its strongest attack on our active; a leaf whose second turn fails (or whose
-        choice no action names) keeps its one-turn score."""
+    async def _onward(self, decision: str, leaves, value) -> tuple[np.ndarray, int, float]:
+        """Scores of the table's leaves over ``search.depth`` turns, how many later turns were
+        played and the leaf values' milliseconds: each live leaf plays the turns after it, we the
+        policy's likeliest choice there (without a network: our strongest attack), the opponent
+        its strongest attack on our active; a leaf whose later turn fails (or whose choice no
+        action names) keeps the score of its turns before."""
         t = time.perf_counter()
-        first = value(leaves, keep=True) if value is not None else None
-        scores = first.scores.copy() if first is not None else np.array([leaf.value for leaf in leaves])
-        live = [i for i, leaf in enumerate(leaves) if leaf.kept is not None
-                and (first is None or (first.after[i] is not None and first.after[i].choice is not None))]
+        now = value(leaves, keep=True) if value is not None else None
+        scores = now.scores.copy() if now is not None else np.array([leaf.value for leaf in leaves])
+        at = np.arange(len(leaves))  # each current leaf's row in the table
+        played = 0
         ms = (time.perf_counter() - t) * 1000
-        if live:
+        for turn in range(2, self.config.depth + 1):
+            live = [i for i, leaf in enumerate(leaves) if leaf.kept is not None
+                    and (now is None or (now.after[i] is not None and now.after[i].choice is not None))]
+            if not live:
+                break
             seeds = self._rng.integers(0, 1 << 16, (len(live), 4))
+            keep = turn < self.config.depth
             nxt = await self.hub.next(decision, [
-                (leaves[i].kept, first.after[i].choice if first is not None else None, [int(x) for x in s])
-                for i, s in zip(live, seeds)])
+                (leaves[i].kept, now.after[i].choice if now is not None else None, [int(x) for x in s])
+                for i, s in zip(live, seeds)], keep=keep)
             t = time.perf_counter()
-            two = (value.second([first.after[i] for i in live], nxt) if first is not None
-                   else np.array([np.nan if leaf.error else leaf.value for leaf in nxt]))
+            if now is not None:
+                now = value.onward([now.after[i] for i in live], nxt, keep=keep)
+                got = now.scores
+            else:
+                got = np.array([np.nan if leaf.error else LATER ** (turn - 1) * leaf.value for leaf in nxt])
             ms += (time.perf_counter() - t) * 1000
-            ok = np.isfinite(two)
-            scores[np.asarray(live)[ok]] = two[ok]
-            self.stats.second_failed += int((~ok).sum())
+            ok = np.isfinite(got)
+            at = at[np.asarray(live)]
+            scores[at[ok]] = got[ok]
+            played += len(live)
+            self.stats.later_failed += int((~ok).sum())
             if not ok.all():
-                log.debug("%s: second turns failed: %s", decision, next((x.error for x in nxt if x.error), None))
-        return scores, len(live), ms
+                log.debug("%s: turn %d failed: %s", decision, turn, next((x.error for x in nxt if x.error), None))
+            leaves = nxt
+        return scores, played, ms
 
     def _rows(self, ours: list[str], prior: Optional[np.ndarray]) -> list[int]:
         """Our choices searched, as indices into ``ours``: with a prior and ``actions`` N, its

@@ -188,12 +188,13 @@ def prior_over(battle, root: Root, choices: Sequence[str]) -> np.ndarray:
 
 @dataclass
 class After:
-    """A live leaf as the agent would meet it, for the turn after it (``search.depth`` 2)."""
-    battle: object  # the root's copy after the leaf's turn (None once its second turn is played)
+    """A live leaf as the agent would meet it, for the turn after it (``search.depth`` 2 or more)."""
+    battle: object  # the root's copy after the leaf's turns (None once its next turn is played)
     tracker: Optional[RewardTracker]  # the reward tracker after it
     hidden: np.ndarray  # h after the leaf's forward: the next turn's input hidden state
     choice: Optional[str]  # the policy's likeliest choice there (None: no choice names it)
-    reward: float  # r(root -> leaf)
+    reward: float  # the discounted reward from the root to it: r1 (+ gamma r2 ...)
+    discount: float = 1.0  # what the next turn's score is worth from the root: gamma ** turns played
 
 
 @dataclass
@@ -281,7 +282,7 @@ class DecisionValue:
                 for j, i in enumerate(live):
                     b, tracker = kept[j]
                     after[i] = After(b, tracker, new_h[j], action_choice(b, int(best[j])) if masks[j].any()
-                                     else None, rewards[j])
+                                     else None, rewards[j], self.gamma)
         return LeafValues(values, scores, after if keep else None)
 
     def __call__(self, leaves: Sequence[Leaf], keep: bool = False) -> LeafValues:
@@ -291,20 +292,25 @@ class DecisionValue:
         trackers = [copy.copy(self.tracker) if self.tracker is not None else None for _ in range(n)]
         return self._scored(leaves, None, trackers, None, keep)
 
-    def second(self, after: Sequence[After], leaves: Sequence[Leaf]) -> np.ndarray:
-        """Two-turn scores: ``after[i]``'s leaf, then ``leaves[i]`` (the turn after it):
-        ``r1 + gamma * (r2 + gamma * V)`` (an end: ``r1 + gamma * final reward``); NaN where
-        the second turn had an error. Each :class:`After` is played once (its battle and
-        tracker move on)."""
+    def onward(self, after: Sequence[After], leaves: Sequence[Leaf], keep: bool = False) -> LeafValues:
+        """The turn after each leaf: ``after[i]``'s leaf, then ``leaves[i]``. Scores from the
+        root: ``reward + discount * (r + gamma * V)`` (two turns: ``r1 + gamma (r2 + gamma V)``;
+        an end: the final reward in place of ``r + gamma V``; without a reward config, ``V``
+        or the outcome discounted once a turn after the first: ``gamma V``, ``gamma ** 2 V``);
+        NaN where the turn had an error.
+        ``keep``: an :class:`After` per live leaf, its reward and discount from the root. Each
+        :class:`After` is played once (its battle and tracker move on)."""
         if any(a.battle is None for a in after):
-            raise ValueError("an After's second turn was already played")
+            raise ValueError("an After's next turn was already played")
         hidden = np.stack([a.hidden for a in after]) if after else np.zeros((0, 1), np.float32)
-        second = self._scored(leaves, [a.battle for a in after], [a.tracker for a in after], hidden)
+        out = self._scored(leaves, [a.battle for a in after], [a.tracker for a in after], hidden, keep)
         for a in after:
             a.battle = None
-        g = self.gamma if self.tracker is not None else 1.0
-        return np.array([a.reward + g * s if self.tracker is not None else s
-                         for a, s in zip(after, second.scores)], dtype=float)
+        out.scores = np.array([a.reward + a.discount * s for a, s in zip(after, out.scores)], dtype=float)
+        for a, b in zip(after, out.after or []):
+            if b is not None:
+                b.reward, b.discount = a.reward + a.discount * b.reward, a.discount * self.gamma
+        return out
 
 
 class NetworkValue:
