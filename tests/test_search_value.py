@@ -52,9 +52,10 @@ class RecordingAgent(Agent):
         self.events = events
 
     async def _decide(self, key, live, obs, mask):
+        request = live.battle.last_request or {}
         record = {"battle": snapshot(live.battle), "obs": obs.copy(),
                   "h_before": np.array(live.hidden_before, copy=True),
-                  "rqid": (live.battle.last_request or {}).get("rqid")}
+                  "rqid": request.get("rqid"), "retry": live.retry}
         decision = await super()._decide(key, live, obs, mask)
         record.update(value=decision.value, h_after=np.array(self.hidden.get(key), copy=True))
         self.events.append(("decision", record))
@@ -82,13 +83,15 @@ async def _recorded_battle(url, policy):
 
 
 def _pairs(events):
-    """(decision t, the lines received after it up to decision t+1, decision t+1)."""
+    """(decision t, the lines received after it up to decision t+1, decision t+1). A decision
+    asked again (its order refused: the same rqid, or a new one marked ``update`` when a hidden
+    trap is revealed) starts again from t's hidden state: it pairs with the next, not the last."""
     out, last, lines = [], None, []
     for kind, x in events:
         if kind == "lines":
             lines += x
         else:
-            if last is not None and x["rqid"] != last["rqid"]:
+            if last is not None and x["rqid"] != last["rqid"] and not x["retry"]:
                 out.append((last, "\n".join(lines), x))
             last, lines = x, []
     return out
