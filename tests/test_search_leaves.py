@@ -188,6 +188,7 @@ async def test_a_kept_leaf_plays_the_turn_after_it_and_each_side_defaults_to_its
         # gives way to our strongest attack, not an error
         (refused,) = await hub.next("two", [(0, "move 9", SEEDS[1])])
         assert refused.error is None and refused.lines == strongest.lines
+        assert "move 9" in refused.fallback and strongest.fallback is None
         # search.depth 3: a turn after a kept leaf is kept in turn, and the turn after that plays
         (kept2,) = await hub.next("two", [(first.kept, None, SEEDS[1])], keep=True)
         assert kept2.kept is not None and kept2.kept != first.kept
@@ -207,6 +208,24 @@ async def test_a_kept_leaf_plays_the_turn_after_it_and_each_side_defaults_to_its
         await hub.drop("two")
         with pytest.raises(LeafRequestError, match="no decision 'two'"):
             await hub.next("two", [(0, None, SEEDS[0])])
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_a_switch_out_of_a_trap_in_a_later_turn_plays_our_strongest_attack(fmt):
+    # Wobbuffet's Shadow Tag traps Jolteon: the policy's switch there (the agent's view did
+    # not know the ability) is refused by the simulator; our strongest attack plays instead
+    wobbuffet = mon("Wobbuffet", "Shadow Tag", "Leftovers", ["Counter", "Charm", "Encore", "Safeguard"])
+    st = state(side("us", [JOLTEON, BLISSEY]), side("them", [wobbuffet, SKARMORY]))
+    async with LeafHub() as hub:
+        await hub.build("trap", fmt, [st])
+        first, again = await hub.leaves("trap", [(0, "move 2", "move 4", SEEDS[0])] * 2, keep=True)
+        (table,) = await hub.leaves("trap", [(0, "switch 2", "move 4", SEEDS[0])])
+        assert "trapped" in table.error  # a table leaf's refused choice stays an error
+        switched, strongest = await hub.next("trap", [(first.kept, "switch 2", SEEDS[1]),
+                                                      (again.kept, None, SEEDS[1])])
+        assert switched.error is None and "trapped" in switched.fallback, switched
+        assert "|switch|p1a:" not in switched.lines and switched.lines == strongest.lines
+        assert "|move|p1a: Jolteon|Shadow Ball" in switched.lines
 
 
 async def test_a_bad_request_is_answered_and_the_process_goes_on():

@@ -87,6 +87,9 @@ async def test_two_and_three_turn_leaves_score_the_turns_after_and_still_pick_th
     assert s.plan(9) == (2, 6)  # 2 x (10 + 9 x 6 x 2) = 236
     s.leaf_ms = 1.5
     assert s.plan(9) == (2, 5)  # 2 x (10 + 162) = 344 for six; five: 290
+    s = Searcher(None, SearchConfig(states=2, replies=6, depth=3, budget_ms=300))
+    s.state_ms, s.leaf_ms = 10.0, 1.0
+    assert s.plan(9) == (2, 5)  # a table leaf priced three times: 2 x (10 + 162) for six; five: 290
 
 
 async def test_later_turns_replace_the_scores_of_live_leaves_only():
@@ -122,6 +125,46 @@ async def test_later_turns_replace_the_scores_of_live_leaves_only():
     assert [k for k, _, _ in hub.specs[0]] == [0, 1, 2, 3] and [k for k, _, _ in hub.specs[1]] == [4, 5, 6]
     np.testing.assert_allclose(scores, [0.99 ** 2 * 0.55, -0.99, 1.0, 0.99 * 0.6, 0.99 ** 2 * 0.75])
     assert n == 7 and s.stats.later_failed == 1
+
+
+async def test_later_turns_with_a_network_follow_each_leaf_to_its_row():
+    from maple_async.search.leaves import Leaf
+    from maple_async.search.value import After, LeafValues
+
+    def after(choice):
+        return After(object(), None, np.zeros(2), choice, 0.0)
+
+    class Value:  # a leaf's score: its value; a leaf's After: its choice, None where it names none
+        def __call__(self, leaves, keep=False):
+            return LeafValues(np.array([x.value for x in leaves]), np.array([x.value for x in leaves]),
+                              [after(x.request) if x.kept is not None else None for x in leaves])
+
+        def onward(self, afters, leaves, keep=False):
+            v = np.array([np.nan if x.error else x.value for x in leaves])
+            return LeafValues(v, v, [after(x.request) if x.kept is not None else None for x in leaves]
+                              if keep else None)
+
+    class Hub:
+        def __init__(self, answers):
+            self.answers, self.specs = answers, []
+
+        async def next(self, decision, specs, keep=False):
+            self.specs.append((specs, keep))
+            return self.answers.pop(0)
+
+    # rows: 0 live; 1 live, its choice named by no action (not played on); 2 live; 3 ended
+    leaves = [Leaf(value=0.1, kept=0, request="move 1"), Leaf(value=0.2, kept=1, request=None),
+              Leaf(value=0.3, kept=2, request="switch 2"), Leaf(value=1.0, ended=True, winner="us")]
+    hub = Hub([[Leaf(value=0.4, kept=3, request="move 2"), Leaf(value=-1.0, ended=True, winner="them")],
+               [Leaf(value=0.5, fallback="our choice 'move 2' refused: trapped")]])
+    s = Searcher(hub, SearchConfig(depth=3))
+    scores, n, _ = await s._onward("d", leaves, Value())
+    (second, keep2), (third, keep3) = hub.specs
+    assert [(k, c) for k, c, _ in second] == [(0, "move 1"), (2, "switch 2")] and keep2 and not keep3
+    assert [(k, c) for k, c, _ in third] == [(3, "move 2")]
+    np.testing.assert_allclose(scores, [0.5, 0.2, -1.0, 1.0])
+    assert n == 3 and s.stats.later_failed == 0 and s.stats.later_fallback == 1
+    assert "1 later choices of ours refused" in s.stats.line()
 
 
 def test_replies_put_moves_first():

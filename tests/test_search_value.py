@@ -156,7 +156,7 @@ async def test_a_two_turn_leaf_is_valued_as_the_agent_values_the_state_two_decis
     reward = C.RewardConfig(win=1.0, hp=0.1, faint=0.05)
     plain, shaped, want, want_shaped, second = [], [], [], [], []
     for (root, lines1, mid), (_, lines2, end) in triples:
-        dv = DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"])
+        dv = DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"], gamma=0.8)
         (after,) = dv([Leaf(lines=lines1)], keep=True).after
         np.testing.assert_allclose(after.hidden, mid["h_after"], atol=1e-5)
         assert after.choice in legal_choices(pickle.loads(mid["battle"]).last_request), after.choice
@@ -168,7 +168,7 @@ async def test_a_two_turn_leaf_is_valued_as_the_agent_values_the_state_two_decis
         t.step(pickle.loads(root["battle"]))
         r1 = t.step(pickle.loads(mid["battle"]))
         r2 = t.step(pickle.loads(end["battle"]))
-        want.append(0.99 * end["value"])  # without a reward config: discounted a turn (dv's gamma)
+        want.append(0.8 * end["value"])  # without a reward config: discounted a turn (dv's gamma)
         want_shaped.append(r1 + 0.9 * (r2 + 0.9 * end["value"]))
         second.append(Leaf(lines=lines2))
     # every triple's second turn in one batch: each row its own hidden state and reward tracker
@@ -195,8 +195,8 @@ async def test_a_three_turn_leaf_is_valued_as_the_agent_values_the_state_three_d
         t.step(pickle.loads(root["battle"]))
         r1, r2, r3 = (t.step(pickle.loads(x["battle"])) for x in (mid, mid2, end))
         for dv, two_want, three_want in (
-                (DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"]),
-                 0.99 * mid2["value"], 0.99 ** 2 * end["value"]),
+                (DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"], gamma=0.8),
+                 0.8 * mid2["value"], 0.8 ** 2 * end["value"]),
                 (DecisionValue(policy, pickle.loads(root["battle"]), root["h_before"], reward, gamma=0.9),
                  r1 + 0.9 * (r2 + 0.9 * mid2["value"]), r1 + 0.9 * (r2 + 0.9 * (r3 + 0.9 * end["value"])))):
             (a1,) = dv([Leaf(lines=lines1)], keep=True).after
@@ -205,6 +205,20 @@ async def test_a_three_turn_leaf_is_valued_as_the_agent_values_the_state_three_d
             np.testing.assert_allclose(a2.hidden, mid2["h_after"], atol=1e-5)
             assert two.scores[0] == pytest.approx(two_want, abs=1e-5)
             assert dv.onward([a2], [Leaf(lines=lines3)]).scores[0] == pytest.approx(three_want, abs=1e-5)
+
+
+def test_a_leaf_that_ends_in_a_later_turn_scores_its_outcome_discounted_from_the_root():
+    from maple_async.search.value import After
+    policy, _ = fresh_policy()
+    dv = DecisionValue.__new__(DecisionValue)  # an ended leaf without a reward config is not forwarded
+    dv.policy, dv.tracker, dv.gamma = policy, None, 0.9
+    after = [After(object(), None, np.zeros(32, np.float32), "move 1", 0.0, 0.81),
+             After(object(), None, np.zeros(32, np.float32), "move 2", 0.0, 0.9)]
+    got = dv.onward(after, [Leaf(ended=True, winner="us"), Leaf(ended=True, winner="them")], keep=True)
+    np.testing.assert_allclose(got.scores, [0.81, -0.9])  # a third turn's win, a second turn's loss
+    assert got.after == [None, None]  # nothing left to play
+    with pytest.raises(ValueError, match="already played"):
+        dv.onward(after[:1], [Leaf(ended=True, winner="us")])
 
 
 def test_ended_leaves_score_the_outcome():

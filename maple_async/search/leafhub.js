@@ -10,7 +10,8 @@
 //        ("kept": with "keep", a live leaf's battle is kept under this number for "next")
 //   {"id", "op": "next", "decision", "leaves": [[kept number, our choice | null, SEED], ...], "keep": bool}
 //     -> as "leaves": the turn after a kept leaf; the opponent plays its strongest attack on our
-//        active (STRONGEST below), and so do we where our choice is null or refused
+//        active (STRONGEST below), and so do we where our choice is null or refused ("fallback":
+//        why it was refused)
 //   {"id", "op": "sample", "format", "seed": SEED, "k", "size", "known": [KNOWN, ...], "tries"}
 //     -> {"id", "ok": true, "teams": [[set, ...] x k], "relaxed": n}   (the opponent's teams: below)
 //   {"id", "op": "drop", "decision"}  -> {"id", "ok": true}
@@ -615,8 +616,12 @@ function play(st, ours, theirs, seed, kept, fallback = false) {
   battle.prng = new PRNG(Array.isArray(seed) ? seed.join(',') : seed);
   const us = battle.sides[st.usIndex];
   const them = battle.sides[1 - st.usIndex];
-  if (!(fallback && ours !== null && us.choose(ours))) {
-    choose(battle, us, ours === null || fallback ? strongest(battle, us, them) : ours, 'our');
+  let refused = null;
+  if (fallback && ours !== null && !us.choose(ours)) {
+    refused = `our choice '${ours}' refused: ${us.choice.error}`;
+    choose(battle, us, strongest(battle, us, them), `our (after ${refused})`);
+  } else if (!fallback || ours === null) {
+    choose(battle, us, ours === null ? strongest(battle, us, them) : ours, 'our');
   }
   const their = theirs === null ? strongest(battle, them, us) : theirs;
   if (their !== WAIT) choose(battle, them, their, 'their');
@@ -638,6 +643,7 @@ function play(st, ours, theirs, seed, kept, fallback = false) {
     winner: !battle.ended ? null : battle.winner === us.name ? 'us' : battle.winner ? 'them' : 'tie',
     value: value(battle, st.usIndex),
   };
+  if (refused) out.fallback = refused;
   if (kept && !battle.ended) {
     const ser = State.serializeBattle(battle);
     ser.log = [];

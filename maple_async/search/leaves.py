@@ -80,6 +80,7 @@ class Leaf:
     value: float = 0.0  # network-free: HP and Pokémon left, in [-1, 1]; ±1 (0 a tie) at an end
     error: Optional[str] = None
     kept: Optional[int] = None  # asked to keep it (a live leaf): its number for :meth:`LeafHub.next`
+    fallback: Optional[str] = None  # a later turn: why our choice was refused (our strongest attack played)
 
 
 class LeafHub:
@@ -158,7 +159,8 @@ class LeafHub:
                    keep: bool = False) -> list[Leaf]:
         """Play the turn after each kept leaf (its ``kept`` number, our choice or None, a seed):
         the opponent plays its strongest attack on our active (leafhub.js's STRONGEST), and so do
-        we where our choice is None or refused (a trap our view did not show). ``keep``: each live leaf is kept in turn, for a turn after it."""
+        we where our choice is None or refused (a trap our view did not show: ``Leaf.fallback``
+        says why). ``keep``: each live leaf is kept in turn, for a turn after it."""
         reply = await self._request({"op": "next", "decision": decision, "keep": bool(keep),
                                      "leaves": [[int(n), a, s] for n, a, s in leaves]})
         return [Leaf(**leaf) for leaf in reply["leaves"]]

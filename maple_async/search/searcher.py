@@ -55,6 +55,7 @@ class SearchStats:
     compute_ms: float = 0.0  # the leaf process's and the leaf values' (what search.budget_ms bounds)
     over_3x: int = 0  # searched decisions whose compute passed 3 budgets
     later_failed: int = 0  # search.depth 2+: later turns the simulator refused (the turns before scored)
+    later_fallback: int = 0  # later turns where the simulator refused our choice and our strongest attack played
     states_dropped: int = 0  # sampled states whose built request disagreed with ours
     relaxed: int = 0  # opponent sets no generator draw agreed with (revealed facts written over)
     examples: dict = field(default_factory=dict)  # reason or error kind -> its latest message
@@ -70,7 +71,9 @@ class SearchStats:
                 + (f" ({', '.join(f'{k} {v}' for k, v in self.failed.items())})" if failed else "")
                 + f"; per searched decision {self.ms / s:.0f} ms, {self.compute_ms / s:.0f} ms of compute, "
                 + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else "")
-                + (f"; {self.later_failed} later turns failed" if self.later_failed else ""))
+                + (f"; {self.later_failed} later turns failed" if self.later_failed else "")
+                + (f"; {self.later_fallback} later choices of ours refused (our strongest attack played)"
+                   if self.later_fallback else ""))
 
 
 def legal_choices(request: dict) -> list[str]:
@@ -357,8 +360,11 @@ class Searcher:
             scores[at[ok]] = got[ok]
             played += len(live)
             self.stats.later_failed += int((~ok).sum())
-            if not ok.all():
-                log.debug("%s: turn %d failed: %s", decision, turn, next((x.error for x in nxt if x.error), None))
+            fell = [leaf.fallback for leaf in nxt if leaf.fallback]
+            self.stats.later_fallback += len(fell)
+            if not ok.all() or fell:
+                log.debug("%s: turn %d failed: %s; our choice refused: %s", decision, turn,
+                          next((x.error for x in nxt if x.error), None), fell[0] if fell else None)
             leaves = nxt
         return scores, played, ms
 
