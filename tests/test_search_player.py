@@ -92,23 +92,27 @@ async def test_two_and_three_turn_leaves_score_the_turns_after_and_still_pick_th
     assert s.plan(9) == (2, 5)  # a table leaf priced three times: 2 x (10 + 162) for six; five: 290
 
 
+class ScriptedHub:
+    """A leaf process's ``next`` that answers each call with the next of ``answers`` and
+    records (specs, keep)."""
+
+    def __init__(self, answers):
+        self.answers, self.specs = answers, []
+
+    async def next(self, decision, specs, keep=False):
+        self.specs.append((specs, keep))
+        return self.answers.pop(0)
+
+
 async def test_later_turns_replace_the_scores_of_live_leaves_only():
     from maple_async.search.leaves import Leaf
 
-    class Hub:
-        def __init__(self, answers):
-            self.answers, self.specs = answers, []
-
-        async def next(self, decision, specs, keep=False):
-            self.specs.append(specs)
-            return self.answers.pop(0)
-
     leaves = [Leaf(value=0.1, kept=0), Leaf(value=1.0, ended=True, winner="us"), Leaf(error="refused"),
               Leaf(value=0.2, kept=1)]
-    hub = Hub([[Leaf(value=0.9), Leaf(error="their choice refused")]])
+    hub = ScriptedHub([[Leaf(value=0.9), Leaf(error="their choice refused")]])
     s = Searcher(hub, SearchConfig(depth=2))
     scores, n, _ = await s._onward("d", leaves, None)
-    assert [(k, ours) for k, ours, _ in hub.specs[0]] == [(0, None), (1, None)]  # the kept leaves, ours: our strongest
+    assert [(k, ours) for k, ours, _ in hub.specs[0][0]] == [(0, None), (1, None)]  # the kept leaves, ours: our strongest
     # a second turn's value, a turn later (LATER: sooner wins first); an end keeps its own
     assert n == 2 and scores[0] == pytest.approx(0.99 * 0.9) and scores[1] == 1.0
     assert scores[3] == 0.2 and s.stats.later_failed == 1  # a failed second turn keeps the first's score
@@ -117,12 +121,12 @@ async def test_later_turns_replace_the_scores_of_live_leaves_only():
     # failed in the second turn plays no third, and a failed third keeps the second's score
     leaves = [Leaf(value=0.1, kept=0), Leaf(value=0.3, kept=1), Leaf(value=1.0, ended=True, winner="us"),
               Leaf(value=0.2, kept=2), Leaf(value=0.4, kept=3)]
-    hub = Hub([[Leaf(value=0.5, kept=4), Leaf(value=-1.0, ended=True, winner="them"), Leaf(value=0.6, kept=5),
+    hub = ScriptedHub([[Leaf(value=0.5, kept=4), Leaf(value=-1.0, ended=True, winner="them"), Leaf(value=0.6, kept=5),
                 Leaf(value=0.7, kept=6)],
                [Leaf(value=0.55), Leaf(error="refused"), Leaf(value=0.75)]])
     s = Searcher(hub, SearchConfig(depth=3))
     scores, n, _ = await s._onward("d", leaves, None)
-    assert [k for k, _, _ in hub.specs[0]] == [0, 1, 2, 3] and [k for k, _, _ in hub.specs[1]] == [4, 5, 6]
+    assert [k for k, _, _ in hub.specs[0][0]] == [0, 1, 2, 3] and [k for k, _, _ in hub.specs[1][0]] == [4, 5, 6]
     np.testing.assert_allclose(scores, [0.99 ** 2 * 0.55, -0.99, 1.0, 0.99 * 0.6, 0.99 ** 2 * 0.75])
     assert n == 7 and s.stats.later_failed == 1
 
@@ -144,18 +148,10 @@ async def test_later_turns_with_a_network_follow_each_leaf_to_its_row():
             return LeafValues(v, v, [after(x.request) if x.kept is not None else None for x in leaves]
                               if keep else None)
 
-    class Hub:
-        def __init__(self, answers):
-            self.answers, self.specs = answers, []
-
-        async def next(self, decision, specs, keep=False):
-            self.specs.append((specs, keep))
-            return self.answers.pop(0)
-
     # rows: 0 live; 1 live, its choice named by no action (not played on); 2 live; 3 ended
     leaves = [Leaf(value=0.1, kept=0, request="move 1"), Leaf(value=0.2, kept=1, request=None),
               Leaf(value=0.3, kept=2, request="switch 2"), Leaf(value=1.0, ended=True, winner="us")]
-    hub = Hub([[Leaf(value=0.4, kept=3, request="move 2"), Leaf(value=-1.0, ended=True, winner="them")],
+    hub = ScriptedHub([[Leaf(value=0.4, kept=3, request="move 2"), Leaf(value=-1.0, ended=True, winner="them")],
                [Leaf(value=0.5, fallback="our choice 'move 2' refused: trapped")]])
     s = Searcher(hub, SearchConfig(depth=3))
     scores, n, _ = await s._onward("d", leaves, Value())
