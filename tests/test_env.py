@@ -142,14 +142,28 @@ def test_outside_policy_opponent_and_set_opponent(showdown_url):
     assert {"first_legal", "max_power"} <= seen
 
 
+def _process_with_a_seen_battle(pool, rng):
+    """A simulator process with a battle that holds a slot, stepping the pool until one does."""
+    seen = pool._engine.slots.battle_of
+    for _ in range(200):
+        procs = [p for p in pool.server.procs if p is not None and any(t in seen for t in list(p.battles))]
+        if procs:
+            return procs[0]
+        obs, rew, term, trunc, info = pool.recv(timeout=30)
+        pool.send(random_legal(obs["action_mask"], rng), info["env_id"])
+    raise AssertionError("no simulator process held a battle the caller had seen")
+
+
 @pytest.mark.parametrize("transport", ["websocket", "simulator"])
 def test_a_killed_server_truncates_battles_and_the_pool_goes_on(transport):
     rng = np.random.default_rng(4)
     with BattlePool(num_battles=4, **{"server.transport": transport}) as pool:
         play_until(pool, 1, rng)
-        # the server, or one of the two simulator processes (each holds battles in flight)
-        pids = [pool.server.managed.pid] if transport == "websocket" else list(pool.server.pgids)
-        os.killpg(pids[0], signal.SIGKILL)
+        if transport == "websocket":
+            os.killpg(pool.server.managed.pid, signal.SIGKILL)
+        else:  # a simulator process holding a battle the caller has seen (one that has not
+            # reached the caller yet is dropped with no step: there is nothing to truncate)
+            os.killpg(_process_with_a_seen_battle(pool, rng).pgid, signal.SIGKILL)
         truncated, fresh = 0, 0
         t0 = time.monotonic()
         while not (truncated and fresh):
