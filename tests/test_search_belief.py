@@ -32,6 +32,12 @@ def check_opponent(battle, state) -> None:
     side = state[battle.opponent_role]
     by_name = {s["name"]: (i, s) for i, s in enumerate(side["team"])}
     assert len(side["team"]) == battle._team_size.get(battle.opponent_role, 6)
+    if battle.teampreview_opponent_team:  # the unseen bench is drawn from what preview showed
+        shown = {to_id(m.species) for m in battle.teampreview_opponent_team}
+        shown |= {to_id(m.base_species) for m in battle.teampreview_opponent_team}
+        for s in side["team"]:
+            assert to_id(s["species"]) in shown or to_id(s["species"].split("-")[0]) in shown, \
+                f"species: {s['species']} not in team preview {sorted(shown)}"
     for ident, mon in battle.opponent_team.items():
         name = ident.split(": ", 1)[1]
         assert name in by_name, f"species: {name} missing"
@@ -116,6 +122,27 @@ async def test_sampled_states_keep_what_showdown_showed(showdown_url, fmt):
             r for r in me.refused if r.startswith("volatile:")}, me.refused
 
 
+@pytest.mark.parametrize("fmt,teams", [("gen9ou", "config/teams/ou"), ("gen9bssregi", "config/teams/bss"),
+                                        ("gen4ou", "config/teams/gen4ou")])
+async def test_sampled_states_in_team_formats_keep_what_showdown_showed(showdown_url, fmt, teams):
+    """Team formats: our side from a team file's spreads (any EVs, natures); the opponent's bench
+    from team preview's species where the generation has one; sets from the generation's random
+    battle sets (public data), never the opponent's team file."""
+    from maple_async.teams import _pool
+    _, pool = _pool(fmt, teams, "uniform", 3, None)
+    async with LeafHub() as hub:
+        tag = run_id()
+        me = Recorder(hub, **player_kwargs(showdown_url, f"blt{tag}a", 1, fmt, team=pool.builder(0)))
+        them = RandomPlayer(**player_kwargs(showdown_url, f"blt{tag}b", 1, fmt, team=pool.builder(1)))
+        await asyncio.wait_for(me.battle_against(them, n_battles=3), 600)
+        assert not me.errors, me.errors[:5]
+        assert me.checked >= 15, (me.checked, me.refused)
+        assert set(me.refused) <= {"midturn_switch", "locked_move", "recharge", "two_turn_move", "substitute_hp",
+                                   "transform", "illusion", "ditto", "forme_change", "timer", "disabled_move",
+                                   "species_sets", "source", "no_opponent_active"} | {
+            r for r in me.refused if r.startswith("volatile:")}, me.refused
+
+
 class FakeBattle:
     """Just enough of a poke-env battle for refuse_early."""
 
@@ -135,9 +162,7 @@ def test_refusals_are_named():
     with pytest.raises(Refusal) as r:
         belief.refuse_early(FakeBattle(uturn), uturn)
     assert r.value.reason == "midturn_switch"
-    with pytest.raises(Refusal) as r:
-        belief.refuse_early(FakeBattle({}, fmt="gen9ou"), {"active": []})
-    assert r.value.reason == "team_format"
+    belief.refuse_early(FakeBattle({}, fmt="gen9ou"), {"active": []})  # team formats are searched
     recharge = {"active": [{"moves": [{"move": "Recharge", "id": "recharge"}]}], "side": {}}
     with pytest.raises(Refusal) as r:
         belief.refuse_early(FakeBattle(recharge), recharge)

@@ -350,3 +350,34 @@ async def test_a_switch_in_counts_the_fainted_for_supreme_overlord():
         (leaf,) = await hub.leaves("overlord", [(0, "switch 2", "wait", SEEDS[0])])
         assert leaf.error is None, leaf.error
         assert "|-activate|p1a: Kingambit|ability: Supreme Overlord" in leaf.lines, leaf.lines
+
+
+def _hp_after_hit(lines: str, ident: str) -> int:
+    hit = re.search(rf"\|-damage\|{re.escape(ident)}\|(\d+)/\d+", lines)
+    assert hit, lines
+    return int(hit.group(1))
+
+
+async def test_supreme_overlord_s_count_paradox_boosts_and_salt_cure_are_carried():
+    """The gen 9 effects team formats show most: the count Kingambit took at its switch-in
+    (abilityState), Booster Energy's Quark Drive with its stat, Salt Cure's residual."""
+    kingambit = mon("Kingambit", "Supreme Overlord", "Leftovers",
+                    ["Kowtow Cleave", "Sucker Punch", "Iron Head", "Swords Dance"], tera="Dark")
+    hands = mon("Iron Hands", "Quark Drive", "", ["Drain Punch", "Wild Charge", "Ice Punch", "Swords Dance"],
+                tera="Fighting")
+    blissey = mon("Blissey", "Natural Cure", "", ["Soft-Boiled", "Seismic Toss", "Toxic", "Thunder Wave"],
+                  tera="Fairy")
+    left = {}
+    async with LeafHub() as hub:
+        for who, patch in [("kingambit", None), ("kingambit", {"abilityState": {"fallen": 2}}),
+                           ("hands", None), ("hands", {"volatiles": {"quarkdrive": {"bestStat": "atk", "fromBooster": True}}})]:
+            us = side("us", [kingambit if who == "kingambit" else hands], [patch])
+            them = side("them", [blissey], [{"volatiles": {"saltcure": {}}}])
+            await hub.build(f"fx{len(left)}", "gen9randombattle", [state(us, them)])
+            ours = "move 1" if who == "kingambit" else "move 3"  # Kowtow Cleave; Ice Punch
+            (leaf,) = await hub.leaves(f"fx{len(left)}", [(0, ours, "move 3", SEEDS[0])])
+            assert leaf.error is None, leaf.error
+            assert re.search(r"\|-damage\|p2a: Blissey\|\d+/\d+\|\[from\] (move: )?Salt Cure", leaf.lines), leaf.lines
+            left[(who, patch is not None)] = _hp_after_hit(leaf.lines, "p2a: Blissey")
+    assert left[("kingambit", True)] < left[("kingambit", False)], left  # 1.2x with two fallen
+    assert left[("hands", True)] < left[("hands", False)], left  # 1.3x Attack

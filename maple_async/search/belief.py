@@ -55,7 +55,14 @@ VOLATILES = {
     Effect.FLASH_FIRE: ("flashfire", {}),
     Effect.ATTRACT: ("attract", {"source": "foe"}),
     Effect.CHARGE: ("charge", {"seen": None}),
+    Effect.SALT_CURE: ("saltcure", {}),
+    Effect.THROAT_CHOP: ("throatchop", {"seen": None}),
 }
+# Paradox abilities' boost: the stat it raised and whether Booster Energy started it (it then
+# outlasts the weather or terrain), read from the protocol.
+PARADOX = {Effect.QUARK_DRIVE: "quarkdrive", Effect.PROTOSYNTHESIS: "protosynthesis"}
+# Effects poke-env keeps that live in the ability's state, not a volatile (ability_state).
+ABILITY_STATES = {Effect.SUPREME_OVERLORD}
 # Effects poke-env keeps that need nothing in the state (already in the species, the request,
 # or over by the next turn).
 IGNORED_EFFECTS = {getattr(Effect, n) for n in (
@@ -68,7 +75,7 @@ IGNORED_EFFECTS = {getattr(Effect, n) for n in (
     "AROMATHERAPY", "BAD_DREAMS", "HEALER", "HYDRATION", "SHED_SKIN", "CUD_CHEW", "TIDY_UP",
     "COURT_CHANGE", "SCREEN_CLEANER", "CRAFTY_SHIELD", "QUICK_GUARD", "WIDE_GUARD", "MAT_BLOCK",
     "FEINT", "LIGHTNING_ROD", "STORM_DRAIN", "TELEPATHY", "SYMBIOSIS", "GUARD_DOG", "DANCER",
-    "ELECTRIFY") if hasattr(Effect, n)}
+    "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM") if hasattr(Effect, n)}
 ILLUSION = {"zoroark", "zorua", "zoroarkhisui", "zoruahisui"}
 SWITCH_IN = {"switch", "drag", "replace"}
 
@@ -204,6 +211,9 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
             patch["boosts"] = {k: v for k, v in mon.boosts.items() if v}
             patch["activeTurns"] = mon._active_turns
             patch["volatiles"] = volatiles(mon, role, name, proto, battle.gen)
+            ability = ability_state(mon, role, name, proto)
+            if ability:
+                patch["abilityState"] = ability
             if s["item"] in CHOICE_ITEMS:
                 last = last_move(proto, role, name)
                 if last:
@@ -283,7 +293,10 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
         raise Refusal("two_turn_move", name)
     out: dict = {}
     for effect in mon.effects:
-        if effect in IGNORED_EFFECTS or effect.ends_on_turn:
+        if effect in IGNORED_EFFECTS or effect in ABILITY_STATES or effect.ends_on_turn:
+            continue
+        if effect in PARADOX:
+            out[PARADOX[effect]] = paradox(PARADOX[effect], side, name, proto, since)
             continue
         if effect not in VOLATILES:
             raise Refusal(f"volatile:{effect.name.lower()}", name)
@@ -306,6 +319,33 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
     if mon.protect_counter:
         out["stall"] = {"uses": mon.protect_counter}
     return out
+
+
+def paradox(label: str, side: str, name: str, proto: Protocol, since: int) -> dict:
+    """Quark Drive / Protosynthesis: '-start|p1a: X|quarkdrivespe' names the stat; a '[fromitem]'
+    on the ability's activation before it, Booster Energy."""
+    i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]).startswith(label))
+    stat = to_id(proto.events[i][3])[len(label):] if i > since else ""
+    if stat not in ("atk", "def", "spa", "spd", "spe"):
+        raise Refusal(f"volatile:{label}", f"{name}: no stat seen")
+    j = proto.last(lambda m: m[1] == "-activate" and proto.mine(m, side, name) and label in to_id(m[3]), before=i)
+    fields: dict = {"bestStat": stat}
+    if j > since and "[fromitem]" in proto.events[j][4:]:
+        fields["fromBooster"] = True
+    return fields
+
+
+def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:
+    """What an active Pokémon's ability counted that its state must carry: Supreme Overlord's
+    fallen allies ('-start|p1a: Kingambit|fallen3', the count it took at its switch-in)."""
+    if Effect.SUPREME_OVERLORD not in mon.effects:
+        return None
+    since = proto.switched_in(side, name)
+    i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]).startswith("fallen"))
+    n = to_id(proto.events[i][3])[len("fallen"):] if i > since else ""
+    if not n.isdigit():
+        raise Refusal("volatile:supreme_overlord", f"{name}: no count seen")
+    return {"fallen": int(n)}
 
 
 def side_conditions(conditions: dict, side: str, battle, proto: Protocol) -> dict:
@@ -392,6 +432,9 @@ def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dic
         patch["boosts"] = {k: v for k, v in mon.boosts.items() if v}
         patch["activeTurns"] = mon._active_turns
         patch["volatiles"] = volatiles(mon, role, name, proto, battle.gen)
+        ability = ability_state(mon, role, name, proto)
+        if ability:
+            patch["abilityState"] = ability
         last = last_move(proto, role, name)
         if last in LOCKING_MOVES:
             i = proto.last(lambda m: m[1] == "move" and proto.mine(m, role, name))
@@ -423,8 +466,6 @@ def refuse_early(battle, request: Optional[dict], forced_switches: bool = True) 
     of a turn (U-turn, Baton Pass, Eject Button: the turn goes on after it) is refused."""
     if isinstance(battle, DoubleBattle):
         raise Refusal("doubles")
-    if "random" not in (battle.format or battle.battle_tag):
-        raise Refusal("team_format", battle.format or "")
     if not request or request.get("wait") or request.get("teamPreview"):
         raise Refusal("no_request")
     if request.get("forceSwitch"):
@@ -452,6 +493,30 @@ async def build_states(hub: LeafHub, decision: str, fmt: str, states: list, us: 
         raise
 
 
+def sets_format(battle, fmt: str) -> str:
+    """The generator the opponent's unrevealed sets are drawn from: a random format's own; a team
+    format's generation's random format (the public sets the pinned Showdown ships; the
+    opponent's team file is never read)."""
+    return fmt if "random" in fmt else f"gen{battle.gen}randombattle"
+
+
+def preview_pool(battle, known: list) -> Optional[list]:
+    """The species team preview showed and no switch-in has: the unseen bench is drawn from them
+    (a team format with preview; None: no preview, the bench drawn from the generator's teams)."""
+    preview = getattr(battle, "teampreview_opponent_team", None)
+    if not preview:
+        return None
+    seen = {to_id(k["species"]) for k, *_ in known}
+    seen |= {to_id(getattr(mon, "base_species", "") or "") for _, mon, _, _ in known}
+    pool = []
+    for mon in preview:
+        if to_id(mon.species) in seen or to_id(getattr(mon, "base_species", "") or "") in seen:
+            continue
+        pool.append({"species": mon.species, "level": mon.level,
+                     **({"gender": {"MALE": "M", "FEMALE": "F"}.get(mon.gender.name, "")} if mon.gender else {})})
+    return pool
+
+
 def residual_pending(battle, request: dict, proto: Protocol) -> bool:
     """Gens 1-3 ask for a faint's switch before the turn's residual (Showdown's runAction): the
     switch-ins, then the residual (Leftovers, weather, poison), then the next turn."""
@@ -473,7 +538,8 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
     size = battle._team_size.get(battle.opponent_role, 6) if battle._team_size else 6
     rng = [(seed >> s) & 0xFFFF for s in (0, 16, 32, 48)]
     try:
-        teams, relaxed = await hub.sample(fmt, [x[0] for x in known], k, size, rng)
+        teams, relaxed = await hub.sample(sets_format(battle, fmt), [x[0] for x in known], k, size, rng,
+                                          pool=preview_pool(battle, known))
     except LeafRequestError as e:
         if "no random-battle set" in str(e):
             raise Refusal("species_sets", str(e)) from None

@@ -12,7 +12,7 @@
 //     -> as "leaves": the turn after a kept leaf; the opponent plays its strongest attack on our
 //        active (STRONGEST below), and so do we where our choice is null or refused ("fallback":
 //        why it was refused)
-//   {"id", "op": "sample", "format", "seed": SEED, "k", "size", "known": [KNOWN, ...], "tries"}
+//   {"id", "op": "sample", "format", "seed": SEED, "k", "size", "known": [KNOWN, ...], "tries", "pool"}
 //     -> {"id", "ok": true, "teams": [[set, ...] x k], "relaxed": n}   (the opponent's teams: below)
 //   {"id", "op": "drop", "decision"}  -> {"id", "ok": true}
 //   {"id", "op": "ping"}              -> {"id", "ok": true}
@@ -28,7 +28,8 @@
 //          "teraUsed": bool}
 // PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "statusSeen": n,
 //          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
-//          "activeTurns", "terastallized": type}
+//          "activeTurns", "terastallized": type, "abilityState": {fields} (Supreme Overlord's
+//          "fallen")}
 // FIELD = {"weather", "weatherDuration", "weatherSource", "weatherElapsed", "terrain",
 //          "terrainDuration", "terrainSource", "terrainElapsed", "pseudoWeather": {id: {fields}}}
 // An active Pokémon patched to 0 HP fainted in the turn that ended: the state asks its side for a
@@ -46,7 +47,10 @@
 //          Pokémon of the opponent. Each known Pokémon's set is drawn by the format's generator
 //          (randomSet) until one agrees with every revealed fact ("tries" draws at most; else the
 //          draw that agrees most, with the revealed facts written over it: counted as relaxed);
-//          the team is filled to "size" from a generator team's species not seen.
+//          the team is filled to "size" from "pool" ([{"species", "level", "gender"}]: the
+//          species team preview showed and not yet seen, drawn in turn, each set by the generator),
+//          then from a generator team's species not seen. "format" names the generator: a team
+//          format's caller names its generation's random format (the public sets Showdown ships).
 // SEED  = four integers below 65536, or a Showdown seed string ("sodium,…").
 //
 // A state is a fresh `new Battle` whose leads are the active Pokémon: the team is reordered
@@ -201,6 +205,10 @@ function patchPokemon(battle, pokemon, p) {
     pokemon.apparentType = p.terastallized;
     pokemon.addedType = '';
   }
+  if (p.abilityState) {
+    need(pokemon.isActive, `an ability state on ${pokemon.name}, who is not active`);
+    Object.assign(pokemon.abilityState, p.abilityState);
+  }
   for (const [id, fields] of Object.entries(p.volatiles || {})) {
     need(pokemon.isActive, `volatile '${id}' on ${pokemon.name}, who is not active`);
     const vid = condition(battle, id, 'volatile');
@@ -316,33 +324,72 @@ function refreshActive(battle) {
 }
 
 const SPREAD = ['hp', 'atk', 'def', 'spa', 'spd', 'spe'];
-const EV_CHOICES = [85, 84, 0, 252, 255];  // the random formats' first, then the extremes
+// the random formats' first, then the extremes, then every other a team file may give
+const EV_CHOICES = [85, 84, 0, 252, 255];
+for (let ev = 4; ev < 252; ev += 4) if (!EV_CHOICES.includes(ev)) EV_CHOICES.push(ev);
 
-function statOf(dex, stat, base, iv, ev, level) {
+function statOf(dex, stat, base, iv, ev, level, mod = 0) {
   const core = Math.trunc(Math.trunc(2 * base + iv + Math.trunc(ev / 4) + (stat === 'hp' ? 100 : 0)) * level / 100);
-  return core + (stat === 'hp' ? 10 : 5);
+  if (stat === 'hp') return core + 10;
+  return mod ? Math.trunc((core + 5) * (100 + 10 * mod) / 100) : core + 5;
 }
 
-// The EVs and IVs (no nature) nearest the random formats' (85 EVs, 31 IVs) that give a set's
-// stats; with a Hidden Power power (gens 2-5), one whose IVs also give that power.
+// Natures by what they change: neutral first (the random formats'), then each [plus, minus].
+const NATURES = [[null, null]];
+for (const plus of ['atk', 'def', 'spa', 'spd', 'spe']) {
+  for (const minus of ['atk', 'def', 'spa', 'spd', 'spe']) if (plus !== minus) NATURES.push([plus, minus]);
+}
+const fits = new Map();  // a side's stats do not change within a battle: each spread is fitted once
+
+// The EVs, IVs and nature nearest the random formats' (85 EVs, 31 IVs, neutral) that give a
+// set's stats (a team file's spread: any EVs, any nature); with a Hidden Power power (gens
+// 2-5), IVs that also give that power.
 function fitSpread(dex, set, want, hpPower) {
+  const key = JSON.stringify([dex.currentMod, set.species, set.level, want, hpPower]);
+  if (!fits.has(key)) {
+    if (fits.size > 4096) fits.clear();
+    fits.set(key, fitOnce(dex, set, want, hpPower));
+  }
+  const fit = fits.get(key);
+  if (fit instanceof Error) throw fit;
+  return fit;
+}
+
+function fitOnce(dex, set, want, hpPower) {
   const species = dex.species.get(set.species);
-  need(species.exists, `unknown species '${set.species}'`);
-  const options = {};
-  for (const stat of SPREAD) {
-    options[stat] = [];
-    if ((stat === 'hp' && species.maxHP) || (stat === 'hp' && want.hp === null)) {  // Shedinja; fainted
-      options[stat].push([85, 31]);
+  if (!species.exists) return new BadRequest(`unknown species '${set.species}'`);
+  let missing = null;
+  for (const [plus, minus] of dex.gen >= 3 ? NATURES : NATURES.slice(0, 1)) {
+    const options = {};
+    for (const stat of SPREAD) {
+      options[stat] = [];
+      if ((stat === 'hp' && species.maxHP) || (stat === 'hp' && want.hp === null)) {  // Shedinja; fainted
+        options[stat].push([85, 31]);
+        continue;
+      }
+      if (!Number.isInteger(want[stat])) return new BadRequest(`no ${stat} to fit for ${set.species}`);
+      const mod = stat === plus ? 1 : stat === minus ? -1 : 0;
+      for (const ev of EV_CHOICES) {
+        for (let iv = 31; iv >= 0; iv--) {
+          if (statOf(dex, stat, species.baseStats[stat], iv, ev, set.level || 100, mod) === want[stat]) options[stat].push([ev, iv]);
+        }
+      }
+      if (!options[stat].length) break;
+    }
+    if (SPREAD.some((k) => !options[k] || !options[k].length)) {
+      missing = missing || SPREAD.find((k) => !options[k] || !options[k].length);
       continue;
     }
-    need(Number.isInteger(want[stat]), `no ${stat} to fit for ${set.species}`);
-    for (const ev of EV_CHOICES) {
-      for (let iv = 31; iv >= 0; iv--) {
-        if (statOf(dex, stat, species.baseStats[stat], iv, ev, set.level || 100) === want[stat]) options[stat].push([ev, iv]);
-      }
-    }
-    need(options[stat].length, `no EVs and IVs give ${set.species}'s ${stat} ${want[stat]}`);
+    const nature = plus ? dex.natures.all().find((n) => n.plus === plus && n.minus === minus).name : undefined;
+    const spread = pickIvs(dex, set, options, hpPower);
+    if (spread) return nature ? {...spread, nature} : spread;
+    missing = missing || 'hiddenpower';
   }
+  if (missing === 'hiddenpower') return new BadRequest(`no IVs give ${set.species}'s stats and Hidden Power ${hpPower}`);
+  return new BadRequest(`no EVs and IVs give ${set.species}'s ${missing} ${want[missing]}`);
+}
+
+function pickIvs(dex, set, options, hpPower) {
   const pick = (choice) => ({
     evs: Object.fromEntries(SPREAD.map((k) => [k, options[k][choice[k]][0]])),
     ivs: Object.fromEntries(SPREAD.map((k) => [k, options[k][choice[k]][1]])),
@@ -360,8 +407,7 @@ function fitSpread(dex, set, want, hpPower) {
     }
     return false;
   };
-  need(walk(0), `no IVs give ${set.species}'s stats and Hidden Power ${hpPower}`);
-  return pick(choice);
+  return walk(0) ? pick(choice) : null;
 }
 
 function fitted(dex, set) {
@@ -410,6 +456,15 @@ function sample(msg) {
       }
       if (bestScore < 1) relaxed++;
       team.push(revealed(dex, best, m));
+    }
+    if (Array.isArray(msg.pool)) {  // team preview showed the species: the unseen ones, drawn in turn
+      const pool = msg.pool.slice();
+      while (team.length < size && pool.length) {
+        const [m] = pool.splice(gen.prng.random(pool.length), 1);
+        const set = drawSet(gen, dex, m.species);
+        team.push({...set, species: dex.species.get(m.species).name, level: m.level || set.level,
+          ...(m.gender !== undefined ? {gender: m.gender} : {})});
+      }
     }
     for (let guard = 0; team.length < size && guard < 20; guard++) {
       for (const set of gen.getTeam()) {

@@ -166,12 +166,17 @@ class LeafHub:
         return [Leaf(**leaf) for leaf in reply["leaves"]]
 
     async def sample(self, format: str, known: Sequence[dict], k: int, size: int,
-                     seed: Sequence[int], tries: int = 100) -> tuple[list[list[dict]], int]:
+                     seed: Sequence[int], tries: int = 100,
+                     pool: Optional[Sequence[dict]] = None) -> tuple[list[list[dict]], int]:
         """``k`` teams of ``size`` for the opponent: each ``known`` Pokémon's set drawn by the
-        format's generator to agree with its revealed facts, the rest unseen species. Returns
-        the teams and how many draws had to be made to agree (relaxed)."""
-        reply = await self._request({"op": "sample", "format": format, "known": list(known), "k": k,
-                                     "size": size, "seed": list(seed), "tries": tries})
+        format's generator to agree with its revealed facts, the rest unseen species (from
+        ``pool``, team preview's unseen species, first). Returns the teams and how many draws
+        had to be made to agree (relaxed)."""
+        msg = {"op": "sample", "format": format, "known": list(known), "k": k,
+               "size": size, "seed": list(seed), "tries": tries}
+        if pool is not None:
+            msg["pool"] = list(pool)
+        reply = await self._request(msg)
         return reply["teams"], reply["relaxed"]
 
     async def drop(self, decision: str) -> None:
