@@ -218,3 +218,49 @@ def test_a_gen3_faint_before_the_residual_leaves_the_residual_to_come():
     assert not belief.residual_pending(B(3, after), forced, belief.Protocol(B(3, after)))
     assert not belief.residual_pending(B(4, before), forced, belief.Protocol(B(4, before)))
     assert not belief.residual_pending(B(3, before), {"active": [{}]}, belief.Protocol(B(3, before)))
+
+
+class FakeReplay:
+    def __init__(self, lines):
+        self._replay_data = [line.split("|") for line in lines]
+
+
+def _active(species, *effects):
+    from poke_env.battle import Effect, Pokemon
+    mon = Pokemon(gen=9, species=species)
+    mon._effects = {getattr(Effect, e): 1 for e in effects}
+    return mon
+
+
+@pytest.mark.parametrize("booster", [True, False])
+def test_a_paradox_boost_carries_its_stat_and_booster_energy_until_it_ends(booster):
+    lines = ["|switch|p2a: Iron Valiant|Iron Valiant|100/100",
+             "|-activate|p2a: Iron Valiant|ability: Quark Drive" + ("|[fromitem]" if booster else ""),
+             "|-start|p2a: Iron Valiant|quarkdrivespe"]
+    want = {"bestStat": "spe", **({"fromBooster": True} if booster else {})}
+    for effects in [("QUARK_DRIVE", "QUARKDRIVESPE"), ("QUARKDRIVESPE",), ("QUARK_DRIVE",)]:
+        mon = _active("ironvaliant", *effects)
+        got = belief.volatiles(mon, "p2", "Iron Valiant", belief.Protocol(FakeReplay(lines)), 9)
+        assert got == {"quarkdrive": want}, effects
+    # the terrain ended: poke-env keeps QUARKDRIVESPE until a switch, the state has no boost
+    ended = lines + ["|-end|p2a: Iron Valiant|Quark Drive"]
+    mon = _active("ironvaliant", "QUARKDRIVESPE")
+    assert belief.volatiles(mon, "p2", "Iron Valiant", belief.Protocol(FakeReplay(ended)), 9) == {}
+    # a boost whose stat the protocol never named is refused by name
+    with pytest.raises(Refusal) as r:
+        belief.volatiles(mon, "p2", "Iron Valiant", belief.Protocol(FakeReplay(lines[:2])), 9)
+    assert r.value.reason == "volatile:quarkdrive"
+
+
+def test_supreme_overlord_s_count_is_its_ability_state_from_this_switch_in():
+    lines = ["|switch|p1a: Kingambit|Kingambit, L50|100/100",
+             "|-activate|p1a: Kingambit|ability: Supreme Overlord",
+             "|-start|p1a: Kingambit|fallen2|[silent]"]
+    mon = _active("kingambit", "SUPREME_OVERLORD", "FALLEN2")
+    proto = belief.Protocol(FakeReplay(lines))
+    assert belief.volatiles(mon, "p1", "Kingambit", proto, 9) == {}
+    assert belief.ability_state(mon, "p1", "Kingambit", proto) == {"fallen": 2}
+    # a count from an earlier switch-in is not this one's
+    again = belief.Protocol(FakeReplay(lines + ["|switch|p1a: Kingambit|Kingambit, L50|50/100"]))
+    with pytest.raises(Refusal):
+        belief.ability_state(mon, "p1", "Kingambit", again)

@@ -57,12 +57,19 @@ VOLATILES = {
     Effect.CHARGE: ("charge", {"seen": None}),
     Effect.SALT_CURE: ("saltcure", {}),
     Effect.THROAT_CHOP: ("throatchop", {"seen": None}),
+    Effect.GLAIVE_RUSH: ("glaiverush", {}),
 }
 # Paradox abilities' boost: the stat it raised and whether Booster Energy started it (it then
-# outlasts the weather or terrain), read from the protocol.
-PARADOX = {Effect.QUARK_DRIVE: "quarkdrive", Effect.PROTOSYNTHESIS: "protosynthesis"}
-# Effects poke-env keeps that live in the ability's state, not a volatile (ability_state).
-ABILITY_STATES = {Effect.SUPREME_OVERLORD}
+# outlasts the weather or terrain), read from the protocol; poke-env keeps the activation
+# (QUARK_DRIVE) and the '-start' naming the stat (QUARKDRIVESPE), either may come alone.
+PARADOX = {getattr(Effect, f"{name}{stat}"): label
+           for label, name in (("quarkdrive", "QUARKDRIVE"), ("protosynthesis", "PROTOSYNTHESIS"))
+           for stat in ("ATK", "DEF", "SPA", "SPD", "SPE")}
+PARADOX.update({Effect.QUARK_DRIVE: "quarkdrive", Effect.PROTOSYNTHESIS: "protosynthesis"})
+# Effects poke-env keeps that live in the ability's state, not a volatile (ability_state):
+# Supreme Overlord's activation and its '-start|fallenN'.
+ABILITY_STATES = {Effect.SUPREME_OVERLORD, Effect.FALLEN, Effect.FALLEN1, Effect.FALLEN2, Effect.FALLEN3,
+                  Effect.FALLEN4, Effect.FALLEN5}
 # Effects poke-env keeps that need nothing in the state (already in the species, the request,
 # or over by the next turn).
 IGNORED_EFFECTS = {getattr(Effect, n) for n in (
@@ -296,7 +303,9 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
         if effect in IGNORED_EFFECTS or effect in ABILITY_STATES or effect.ends_on_turn:
             continue
         if effect in PARADOX:
-            out[PARADOX[effect]] = paradox(PARADOX[effect], side, name, proto, since)
+            boost = paradox(PARADOX[effect], side, name, proto, since)
+            if boost is not None:
+                out[PARADOX[effect]] = boost
             continue
         if effect not in VOLATILES:
             raise Refusal(f"volatile:{effect.name.lower()}", name)
@@ -321,13 +330,16 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
     return out
 
 
-def paradox(label: str, side: str, name: str, proto: Protocol, since: int) -> dict:
+def paradox(label: str, side: str, name: str, proto: Protocol, since: int) -> Optional[dict]:
     """Quark Drive / Protosynthesis: '-start|p1a: X|quarkdrivespe' names the stat; a '[fromitem]'
-    on the ability's activation before it, Booster Energy."""
+    on the ability's activation before it, Booster Energy; an '-end' after it (the terrain or
+    sun ended): None (poke-env keeps the stat's effect until a switch)."""
     i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]).startswith(label))
     stat = to_id(proto.events[i][3])[len(label):] if i > since else ""
     if stat not in ("atk", "def", "spa", "spd", "spe"):
         raise Refusal(f"volatile:{label}", f"{name}: no stat seen")
+    if proto.last(lambda m: m[1] == "-end" and proto.mine(m, side, name) and to_id(m[3]) == label) > i:
+        return None
     j = proto.last(lambda m: m[1] == "-activate" and proto.mine(m, side, name) and label in to_id(m[3]), before=i)
     fields: dict = {"bestStat": stat}
     if j > since and "[fromitem]" in proto.events[j][4:]:
@@ -338,7 +350,7 @@ def paradox(label: str, side: str, name: str, proto: Protocol, since: int) -> di
 def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:
     """What an active Pokémon's ability counted that its state must carry: Supreme Overlord's
     fallen allies ('-start|p1a: Kingambit|fallen3', the count it took at its switch-in)."""
-    if Effect.SUPREME_OVERLORD not in mon.effects:
+    if not ABILITY_STATES & set(mon.effects):
         return None
     since = proto.switched_in(side, name)
     i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]).startswith("fallen"))
