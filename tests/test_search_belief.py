@@ -32,6 +32,11 @@ def check_opponent(battle, state) -> None:
     side = state[battle.opponent_role]
     by_name = {s["name"]: (i, s) for i, s in enumerate(side["team"])}
     assert len(side["team"]) == battle._team_size.get(battle.opponent_role, 6)
+    names = [to_id(s["species"]) for s in side["team"]]
+    assert len(set(names)) == len(names), f"species: {names} twice"
+    if "random" not in battle.format:  # a team format's unseen Pokémon stand at its level
+        level = max((m.level for m in battle.opponent_team.values()), default=100)
+        assert {s["level"] for s in side["team"]} == {level}, f"level: {[s['level'] for s in side['team']]}"
     if battle.teampreview_opponent_team:  # the unseen bench is drawn from what preview showed
         shown = {to_id(m.species) for m in battle.teampreview_opponent_team}
         shown |= {to_id(m.base_species) for m in battle.teampreview_opponent_team}
@@ -264,3 +269,48 @@ def test_supreme_overlord_s_count_is_its_ability_state_from_this_switch_in():
     again = belief.Protocol(FakeReplay(lines + ["|switch|p1a: Kingambit|Kingambit, L50|50/100"]))
     with pytest.raises(Refusal):
         belief.ability_state(mon, "p1", "Kingambit", again)
+
+
+def test_glaive_rush_s_drawback_lasts_only_until_the_user_s_next_turn():
+    lines = ["|switch|p2a: Baxcalibur|Baxcalibur|100/100", "|turn|5",
+             "|move|p2a: Baxcalibur|Glaive Rush|p1a: Blissey", "|-singlemove|p2a: Baxcalibur|Glaive Rush|[silent]",
+             "|turn|6"]
+    mon = _active("baxcalibur", "GLAIVE_RUSH")
+    assert belief.volatiles(mon, "p2", "Baxcalibur", belief.Protocol(FakeReplay(lines)), 9) == {"glaiverush": {}}
+    # fully paralysed the turn after: Showdown dropped it before the move failed, poke-env kept it
+    stale = lines + ["|cant|p2a: Baxcalibur|par", "|turn|7"]
+    assert belief.volatiles(mon, "p2", "Baxcalibur", belief.Protocol(FakeReplay(stale)), 9) == {}
+
+
+def test_supreme_overlord_s_count_ended_by_a_changed_ability_is_refused():
+    lines = ["|switch|p1a: Kingambit|Kingambit|100/100", "|-activate|p1a: Kingambit|ability: Supreme Overlord",
+             "|-start|p1a: Kingambit|fallen2|[silent]", "|-end|p1a: Kingambit|fallen2|[silent]"]
+    mon = _active("kingambit", "SUPREME_OVERLORD", "FALLEN2")
+    with pytest.raises(Refusal) as r:
+        belief.ability_state(mon, "p1", "Kingambit", belief.Protocol(FakeReplay(lines)))
+    assert r.value.reason == "volatile:supreme_overlord"
+
+
+class FakePreview:
+    def __init__(self, *species):
+        from poke_env.battle import Pokemon
+        self.teampreview_opponent_team = [Pokemon(gen=9, species=s) for s in species]
+
+
+def test_team_preview_pool_keeps_the_unseen_and_refuses_a_hidden_zoroark():
+    known = [({"species": "kingambit", "level": 50}, None, "Kingambit", "p2")]
+    pool = belief.preview_pool(FakePreview("kingambit", "gholdengo", "urshifu"), known)
+    assert [p["species"].lower().replace("-", "") for p in pool] == ["gholdengo", "urshifu"]
+    with pytest.raises(Refusal) as r:
+        belief.preview_pool(FakePreview("kingambit", "zoroarkhisui"), known)
+    assert r.value.reason == "illusion"
+    assert belief.bench_level("gen9bssregi", known) == 50
+    assert belief.bench_level("gen4ou", []) == 100
+    assert belief.bench_level("gen9randombattle", known) is None
+
+
+def test_hidden_power_s_power_is_read_from_the_active_s_request():
+    active = {"moves": [{"move": "Flamethrower", "id": "flamethrower"},
+                        {"move": "Hidden Power Ice 70", "id": "hiddenpowerice"}]}
+    assert belief.hidden_power(active) == 70
+    assert belief.hidden_power({"moves": [{"move": "Hidden Power Ice", "id": "hiddenpowerice"}]}) is None

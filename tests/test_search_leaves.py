@@ -381,3 +381,37 @@ async def test_supreme_overlord_s_count_paradox_boosts_and_salt_cure_are_carried
             left[(who, patch is not None)] = _hp_after_hit(leaf.lines, "p2a: Blissey")
     assert left[("kingambit", True)] < left[("kingambit", False)], left  # 1.2x with two fallen
     assert left[("hands", True)] < left[("hands", False)], left  # 1.3x Attack
+
+
+async def test_what_the_leads_switch_ins_did_is_undone_where_the_patch_does_not_say():
+    """Booster Energy used up at the built start is back in the set; a Drought lead's sun (the
+    patch has no weather) leaves no Protosynthesis on our lead: sun set in the leaf starts it."""
+    tusk = mon("Great Tusk", "Protosynthesis", "Booster Energy",
+               ["Headlong Rush", "Ice Spinner", "Knock Off", "Rapid Spin"], tera="Ground")
+    torkoal = mon("Torkoal", "Drought", "Heat Rock", ["Sunny Day", "Lava Plume", "Rapid Spin", "Yawn"],
+                  tera="Fire")
+    async with LeafHub() as hub:
+        (built,) = await hub.build("leads", "gen9randombattle", [state(side("us", [tusk]), side("them", [torkoal]))])
+        assert built.request["side"]["pokemon"][0]["item"] == "boosterenergy"
+        (leaf,) = await hub.leaves("leads", [(0, "move 4", "move 1", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-weather|SunnyDay" in leaf.lines, leaf.lines
+        # Booster Energy is spent at the first chance (the sun is there or not): Protosynthesis
+        # starts in the leaf, so it had not been carried over from the build
+        assert "|-activate|p1a: Great Tusk|ability: Protosynthesis" in leaf.lines, leaf.lines
+
+
+@pytest.mark.parametrize("booster", [True, False])
+async def test_a_booster_energy_boost_outlasts_the_terrain_and_a_terrains_does_not(booster):
+    hands = mon("Iron Hands", "Quark Drive", "", ["Drain Punch", "Wild Charge", "Ice Punch", "Swords Dance"],
+                tera="Fighting")
+    boost = {"bestStat": "atk", **({"fromBooster": True} if booster else {})}
+    us = side("us", [hands], [{"volatiles": {"quarkdrive": boost}}])
+    them = side("them", [BLISSEY])
+    st = state(us, them, field={"terrain": "electricterrain", "terrainDuration": 1})
+    async with LeafHub() as hub:
+        await hub.build("quark", "gen9randombattle", [st])
+        (leaf,) = await hub.leaves("quark", [(0, "move 4", "move 1", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-fieldend|move: Electric Terrain" in leaf.lines, leaf.lines
+        assert ("|-end|p1a: Iron Hands|Quark Drive" in leaf.lines) is not booster, leaf.lines

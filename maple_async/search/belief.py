@@ -57,7 +57,6 @@ VOLATILES = {
     Effect.CHARGE: ("charge", {"seen": None}),
     Effect.SALT_CURE: ("saltcure", {}),
     Effect.THROAT_CHOP: ("throatchop", {"seen": None}),
-    Effect.GLAIVE_RUSH: ("glaiverush", {}),
 }
 # Paradox abilities' boost: the stat it raised and whether Booster Energy started it (it then
 # outlasts the weather or terrain), read from the protocol; poke-env keeps the activation
@@ -202,9 +201,14 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
             s["teraType"] = p["teraType"]
         if maxhp == 0:  # fainted: its HP is not shown, its other stats are
             s["fit"]["hp"] = None
+        power = hidden_power(active_req) if p.get("active") and battle.gen < 6 else None
+        if power:
+            s["fitHpPower"] = power
         team.append(s)
         mon = battle.get_pokemon(p["ident"])
         patch: dict = {"hp": hp, "status": status if status in ("slp", "tox", "psn", "brn", "par", "frz") else ""}
+        if proto.switched_in(role, name) >= 0:
+            patch["beenIn"] = True
         if status == "slp":
             patch.update(sleep_patch(proto, role, name, battle.gen))
         if status == "tox":
@@ -238,6 +242,15 @@ def bench_pp(mon, move: str) -> Optional[int]:
     return None if m is None else m.current_pp
 
 
+def hidden_power(active: dict) -> Optional[int]:
+    """Hidden Power's power in gens 2-5, named only by the active's request ('Hidden Power Ice 70')."""
+    for move in active.get("moves", []):
+        m = re.fullmatch(r"Hidden Power \w+ (\d+)", move.get("move", ""))
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def check_ours(built: BuiltState, request: dict, real_choices: list[str]) -> None:
     """The built state's request agrees with the real one on every field of our side."""
     mine = built.request["side"]["pokemon"]
@@ -255,7 +268,7 @@ def check_ours(built: BuiltState, request: dict, real_choices: list[str]) -> Non
             # choice lock, Taunt, Disable, Encore, Torment...: an effect the states do not carry
             raise Refusal("disabled_move", f"move {b.get('id')}: disabled {b.get('disabled')!r} in the "
                                            f"request, {a.get('disabled', False)!r} in the built state")
-        if (a.get("pp"), a.get("disabled", False)) != (b.get("pp"), b.get("disabled", False)):
+        if (a.get("pp"), a.get("disabled", False), a.get("move")) != (b.get("pp"), b.get("disabled", False), b.get("move")):
             raise Refusal("our_side", f"move {b.get('id')}: built {a}, real {b}")
     if sorted(built.ours) != sorted(real_choices):
         raise Refusal("our_choices", f"built {built.ours}, real {real_choices}")
@@ -301,6 +314,14 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
     out: dict = {}
     for effect in mon.effects:
         if effect in IGNORED_EFFECTS or effect in ABILITY_STATES or effect.ends_on_turn:
+            continue
+        if effect == Effect.GLAIVE_RUSH:
+            # Showdown drops it before the user's next move, even one it cannot make (a 'cant'
+            # poke-env does not clear it on): only a Glaive Rush of the turn that ended counts
+            i = proto.last(lambda m: m[1] == "-singlemove" and proto.mine(m, side, name)
+                           and to_id(m[3]) == "glaiverush")
+            if i > since and proto.turns_since(i) <= 1:
+                out["glaiverush"] = {}
             continue
         if effect in PARADOX:
             boost = paradox(PARADOX[effect], side, name, proto, since)
@@ -357,6 +378,8 @@ def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:
     n = to_id(proto.events[i][3])[len("fallen"):] if i > since else ""
     if not n.isdigit():
         raise Refusal("volatile:supreme_overlord", f"{name}: no count seen")
+    if proto.last(lambda m: m[1] == "-end" and proto.mine(m, side, name) and to_id(m[3]).startswith("fallen")) > i:
+        raise Refusal("volatile:supreme_overlord", f"{name}: its count ended (its ability changed)")
     return {"fallen": int(n)}
 
 
@@ -424,6 +447,8 @@ def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dic
     patch: dict = {}
     if mon.fainted:  # a revealed loss of its item stays revealed
         return {"hp": 0, "item": ""} if mon.item == "" or mon.item is None else {"hp": 0}
+    if proto.switched_in(role, name) >= 0:
+        patch["beenIn"] = True
     patch["hpFraction"] = mon.current_hp_fraction
     status = mon.status.name.lower() if mon.status else ""
     patch["status"] = status
@@ -512,6 +537,14 @@ def sets_format(battle, fmt: str) -> str:
     return fmt if "random" in fmt else f"gen{battle.gen}randombattle"
 
 
+def bench_level(fmt: str, known: list) -> Optional[int]:
+    """A team format's unseen Pokémon stand at its level (the seen ones', 100 by default); a
+    random format's at their sets'."""
+    if "random" in fmt:
+        return None
+    return max((k["level"] for k, *_ in known if k.get("level")), default=100)
+
+
 def preview_pool(battle, known: list) -> Optional[list]:
     """The species team preview showed and no switch-in has: the unseen bench is drawn from them
     (a team format with preview; None: no preview, the bench drawn from the generator's teams)."""
@@ -524,6 +557,8 @@ def preview_pool(battle, known: list) -> Optional[list]:
     for mon in preview:
         if to_id(mon.species) in seen or to_id(getattr(mon, "base_species", "") or "") in seen:
             continue
+        if to_id(mon.species) in ILLUSION:  # any Pokémon on the field may be it
+            raise Refusal("illusion", f"team preview shows their {mon.species}")
         pool.append({"species": mon.species, "level": mon.level,
                      **({"gender": {"MALE": "M", "FEMALE": "F"}.get(mon.gender.name, "")} if mon.gender else {})})
     return pool
@@ -551,7 +586,7 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
     rng = [(seed >> s) & 0xFFFF for s in (0, 16, 32, 48)]
     try:
         teams, relaxed = await hub.sample(sets_format(battle, fmt), [x[0] for x in known], k, size, rng,
-                                          pool=preview_pool(battle, known))
+                                          pool=preview_pool(battle, known), level=bench_level(fmt, known))
     except LeafRequestError as e:
         if "no random-battle set" in str(e):
             raise Refusal("species_sets", str(e)) from None

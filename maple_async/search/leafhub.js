@@ -29,7 +29,10 @@
 // PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "statusSeen": n,
 //          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
 //          "activeTurns", "terastallized": type, "abilityState": {fields} (Supreme Overlord's
-//          "fallen")}
+//          "fallen"), "beenIn": bool (it has been in: once-a-battle abilities are spent)}
+// The leads' switch-ins at the start are undone where the patch does not say: every item is
+// the set's (an item used up at the start, Booster Energy, is back), the actives' volatiles
+// are the patch's alone.
 // FIELD = {"weather", "weatherDuration", "weatherSource", "weatherElapsed", "terrain",
 //          "terrainDuration", "terrainSource", "terrainElapsed", "pseudoWeather": {id: {fields}}}
 // An active Pokémon patched to 0 HP fainted in the turn that ended: the state asks its side for a
@@ -49,7 +52,8 @@
 //          draw that agrees most, with the revealed facts written over it: counted as relaxed);
 //          the team is filled to "size" from "pool" ([{"species", "level", "gender"}]: the
 //          species team preview showed and not yet seen, drawn in turn, each set by the generator),
-//          then from a generator team's species not seen. "format" names the generator: a team
+//          then from a generator team's species not seen (at "level" where given: a team
+//          format's). "format" names the generator: a team
 //          format's caller names its generation's random format (the public sets Showdown ships).
 // SEED  = four integers below 65536, or a Showdown seed string ("sodium,…").
 //
@@ -204,6 +208,10 @@ function patchPokemon(battle, pokemon, p) {
     pokemon.knownType = true;
     pokemon.apparentType = p.terastallized;
     pokemon.addedType = '';
+  }
+  if (p.beenIn) {  // once-a-battle abilities (gen 9 Intrepid Sword, Dauntless Shield) are spent
+    pokemon.swordBoost = true;
+    pokemon.shieldBoost = true;
   }
   if (p.abilityState) {
     need(pokemon.isActive, `an ability state on ${pokemon.name}, who is not active`);
@@ -377,7 +385,7 @@ function fitOnce(dex, set, want, hpPower) {
       if (!options[stat].length) break;
     }
     if (SPREAD.some((k) => !options[k] || !options[k].length)) {
-      missing = missing || SPREAD.find((k) => !options[k] || !options[k].length);
+      if (!missing) missing = SPREAD.find((k) => !options[k] || !options[k].length);
       continue;
     }
     const nature = plus ? dex.natures.all().find((n) => n.plus === plus && n.minus === minus).name : undefined;
@@ -385,7 +393,7 @@ function fitOnce(dex, set, want, hpPower) {
     if (spread) return nature ? {...spread, nature} : spread;
     missing = missing || 'hiddenpower';
   }
-  if (missing === 'hiddenpower') return new BadRequest(`no IVs give ${set.species}'s stats and Hidden Power ${hpPower}`);
+  if (missing === 'hiddenpower' || hpPower) return new BadRequest(`no EVs, IVs and nature give ${set.species}'s stats${hpPower ? ` and Hidden Power ${hpPower}` : ''}`);
   return new BadRequest(`no EVs and IVs give ${set.species}'s ${missing} ${want[missing]}`);
 }
 
@@ -396,8 +404,16 @@ function pickIvs(dex, set, options, hpPower) {
   });
   const first = Object.fromEntries(SPREAD.map((k) => [k, 0]));
   if (!hpPower) return pick(first);
-  // Hidden Power's power reads the IVs' second bits: search the IVs that give the same stats.
-  const ranges = SPREAD.map((k) => options[k].map((o, i) => i).filter((i) => options[k][i][0] === options[k][0][0]));
+  // Hidden Power's power reads some bits of the IVs (gen 2: of the DVs): among the spreads that
+  // give the same stats, the first of each stat's kind of those bits is tried.
+  const bits = dex.gen <= 2 ? (iv) => ((iv >> 1) >> 3) * 4 + ((iv >> 1) & 3) : (iv) => (iv >> 1) & 1;
+  const ranges = SPREAD.map((k) => {
+    const firsts = new Map();
+    options[k].forEach(([, iv], i) => {
+      if (!firsts.has(bits(iv))) firsts.set(bits(iv), i);
+    });
+    return [...firsts.values()];
+  });
   const choice = {...first};
   const walk = (d) => {
     if (d === SPREAD.length) return dex.getHiddenPower(pick(choice).ivs).power === hpPower;
@@ -433,6 +449,25 @@ function drawSet(gen, dex, species) {
   throw new BadRequest(`no random-battle set for ${species}`);
 }
 
+// Team preview hides these species' formes ("Urshifu-*": Showdown's rulesets): a previewed one
+// is any of its formes that has random-battle sets, drawn uniformly.
+const PREVIEW_HIDES = new Set(['arceus', 'greninja', 'gourgeist', 'pumpkaboo', 'silvally', 'urshifu',
+  'dudunsparce', 'xerneas', 'zacian', 'zamazenta']);
+
+function hiddenFormes(gen, dex, species) {
+  const sp = dex.species.get(species);
+  if (!PREVIEW_HIDES.has(sp.id)) return [species];
+  const formes = [sp.name, ...(sp.otherFormes || [])].filter((name) => {
+    try {
+      gen.randomSet(name, {}, false);
+      return true;
+    } catch (err) {
+      return false;
+    }
+  });
+  return formes.length ? formes : [species];
+}
+
 function sample(msg) {
   need(typeof msg.format === 'string', 'no format');
   need(Number.isInteger(msg.k) && msg.k > 0, 'k must be a positive integer');
@@ -461,8 +496,10 @@ function sample(msg) {
       const pool = msg.pool.slice();
       while (team.length < size && pool.length) {
         const [m] = pool.splice(gen.prng.random(pool.length), 1);
-        const set = drawSet(gen, dex, m.species);
-        team.push({...set, species: dex.species.get(m.species).name, level: m.level || set.level,
+        const formes = hiddenFormes(gen, dex, m.species);
+        const species = formes[gen.prng.random(formes.length)];
+        const set = drawSet(gen, dex, species);
+        team.push({...set, species: dex.species.get(species).name, level: m.level || set.level,
           ...(m.gender !== undefined ? {gender: m.gender} : {})});
       }
     }
@@ -470,7 +507,7 @@ function sample(msg) {
       for (const set of gen.getTeam()) {
         const base = dex.species.get(set.species).baseSpecies;
         if (team.length < size && !seenBase.has(base) && !team.some((s) => dex.species.get(s.species).baseSpecies === base)) {
-          team.push(set);
+          team.push(msg.level ? {...set, level: msg.level} : set);
         }
       }
     }
@@ -581,6 +618,18 @@ function build(msg) {
       if (battle.requestState === 'teampreview') battle.makeChoices('default', 'default');
       need(battle.requestState === 'move' && !battle.ended,
         `the battle did not reach a move request (${battle.requestState || 'none'})`);
+      for (const side of battle.sides) {
+        for (const pokemon of side.pokemon) {
+          // What the leads' switch-ins did that the real battle may not have: an item used up
+          // (Booster Energy, a Seed, White Herb), a paradox boost from the other lead's weather.
+          const item = battle.dex.items.get(pokemon.set.item).id;
+          if (pokemon.item !== item) {
+            pokemon.item = item;
+            pokemon.itemState = effectState(battle, item, pokemon);
+          }
+          if (pokemon.isActive) pokemon.volatiles = {};
+        }
+      }
       for (const [i, side] of sides.entries()) patchSide(battle, battle.sides[i], side.s, side.order);
       patchField(battle, st.field || {});
       if (st.turn !== undefined) battle.turn = st.turn;

@@ -167,15 +167,18 @@ class LeafHub:
 
     async def sample(self, format: str, known: Sequence[dict], k: int, size: int,
                      seed: Sequence[int], tries: int = 100,
-                     pool: Optional[Sequence[dict]] = None) -> tuple[list[list[dict]], int]:
+                     pool: Optional[Sequence[dict]] = None,
+                     level: Optional[int] = None) -> tuple[list[list[dict]], int]:
         """``k`` teams of ``size`` for the opponent: each ``known`` Pokémon's set drawn by the
         format's generator to agree with its revealed facts, the rest unseen species (from
         ``pool``, team preview's unseen species, first). Returns the teams and how many draws
-        had to be made to agree (relaxed)."""
+        had to be made to agree (relaxed). ``level``: the unseen Pokémon's (a team format's)."""
         msg = {"op": "sample", "format": format, "known": list(known), "k": k,
                "size": size, "seed": list(seed), "tries": tries}
         if pool is not None:
             msg["pool"] = list(pool)
+        if level is not None:
+            msg["level"] = level
         reply = await self._request(msg)
         return reply["teams"], reply["relaxed"]
 
