@@ -415,3 +415,13 @@ async def test_a_booster_energy_boost_outlasts_the_terrain_and_a_terrains_does_n
         assert leaf.error is None, leaf.error
         assert "|-fieldend|move: Electric Terrain" in leaf.lines, leaf.lines
         assert ("|-end|p1a: Iron Hands|Quark Drive" in leaf.lines) is not booster, leaf.lines
+
+
+async def test_a_team_formats_bench_keeps_its_level_and_a_hidden_forme_is_either():
+    async with LeafHub() as hub:
+        teams, _ = await hub.sample("gen9randombattle", [], 24, 1, [1, 2, 3, 4],
+                                    pool=[{"species": "Urshifu", "level": 50}])
+        assert {t[0]["species"] for t in teams} == {"Urshifu", "Urshifu-Rapid-Strike"}
+        assert {t[0]["level"] for t in teams} == {50}
+        teams, _ = await hub.sample("gen4randombattle", [], 2, 6, [1, 2, 3, 4], level=100)
+        assert {s["level"] for t in teams for s in t} == {100}
