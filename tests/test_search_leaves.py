@@ -425,3 +425,13 @@ async def test_a_team_formats_bench_keeps_its_level_and_a_hidden_forme_is_either
         assert {t[0]["level"] for t in teams} == {50}
         teams, _ = await hub.sample("gen4randombattle", [], 2, 6, [1, 2, 3, 4], level=100)
         assert {s["level"] for t in teams for s in t} == {100}
+
+
+async def test_throat_chop_keeps_our_sound_moves_disabled():
+    loud = mon("Noivern", "Infiltrator", "Choice Specs", ["Boomburst", "Draco Meteor", "Flamethrower", "U-turn"],
+               tera="Normal")
+    async with LeafHub() as hub:
+        (built,) = await hub.build("chop", "gen9randombattle", [state(
+            side("us", [loud], [{"volatiles": {"throatchop": {"seen": 0}}}]), side("them", [BLISSEY]))])
+        moves = built.request["active"][0]["moves"]
+        assert [m.get("disabled", False) for m in moves] == [True, False, False, False], moves
