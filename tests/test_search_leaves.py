@@ -396,9 +396,9 @@ async def test_what_the_leads_switch_ins_did_is_undone_where_the_patch_does_not_
         (leaf,) = await hub.leaves("leads", [(0, "move 4", "move 1", SEEDS[0])])
         assert leaf.error is None, leaf.error
         assert "|-weather|SunnyDay" in leaf.lines, leaf.lines
-        # Booster Energy is spent at the first chance (the sun is there or not): Protosynthesis
-        # starts in the leaf, so it had not been carried over from the build
-        assert "|-activate|p1a: Great Tusk|ability: Protosynthesis" in leaf.lines, leaf.lines
+        # Drought's sun came first at the start, so Booster Energy waited; in the leaf it is used at
+        # the first update and Protosynthesis starts: the start's sun boost had not been carried over
+        assert "|-activate|p1a: Great Tusk|ability: Protosynthesis|[fromitem]" in leaf.lines, leaf.lines
 
 
 @pytest.mark.parametrize("booster", [True, False])
@@ -435,3 +435,71 @@ async def test_throat_chop_keeps_our_sound_moves_disabled():
             side("us", [loud], [{"volatiles": {"throatchop": {"seen": 0}}}]), side("them", [BLISSEY]))])
         moves = built.request["active"][0]["moves"]
         assert [m.get("disabled", False) for m in moves] == [True, False, False, False], moves
+
+
+async def test_booster_energy_used_up_at_the_built_start_waits_for_the_sun_to_end_as_in_the_game():
+    """Our Great Tusk holds Booster Energy under a sun that is ending, boosted by the sun: the
+    built start (no sun yet) uses the item up; restored, it starts the boost when the sun ends."""
+    tusk = mon("Great Tusk", "Protosynthesis", "Booster Energy",
+               ["Headlong Rush", "Ice Spinner", "Knock Off", "Rapid Spin"], tera="Ground")
+    us = side("us", [tusk], [{"volatiles": {"protosynthesis": {"bestStat": "atk"}}}])
+    st = state(us, side("them", [BLISSEY]), field={"weather": "sunnyday", "weatherDuration": 1})
+    async with LeafHub() as hub:
+        (built,) = await hub.build("booster", "gen9randombattle", [st])
+        assert built.request["side"]["pokemon"][0]["item"] == "boosterenergy"
+        (leaf,) = await hub.leaves("booster", [(0, "move 4", "move 2", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-weather|none" in leaf.lines, leaf.lines
+        assert "|-enditem|p1a: Great Tusk|Booster Energy" in leaf.lines, leaf.lines
+        assert "|-activate|p1a: Great Tusk|ability: Protosynthesis|[fromitem]" in leaf.lines, leaf.lines
+
+
+async def test_a_fitted_spread_gives_the_request_s_hidden_power_power():
+    """Gen 4: IVs 31/30/30/31/31/31 give Hidden Power Ice 70; the spread fitted to the same
+    stats and that power gives it too."""
+    nape = mon("Infernape", "Blaze", "Life Orb", ["Flamethrower", "Hidden Power Ice", "Close Combat", "Nasty Plot"],
+               level=100)
+    nape["ivs"] = {"hp": 31, "atk": 30, "def": 30, "spa": 31, "spd": 31, "spe": 31}
+    nape["evs"] = {"hp": 0, "atk": 4, "def": 0, "spa": 252, "spd": 0, "spe": 252}
+    async with LeafHub() as hub:
+        (real,) = await hub.build("hp-real", "gen4randombattle", [state(side("us", [nape]), side("them", [BLISSEY]))])
+        want = real.request["active"][0]["moves"][1]["move"]
+        assert want == "Hidden Power Ice 70", want
+        stats = real.request["side"]["pokemon"][0]["stats"]
+        maxhp = hp(real.request["side"]["pokemon"][0]["condition"].split("/")[1])
+        fit = {k: v for k, v in nape.items() if k not in ("ivs", "evs")}
+        fit.update(fit={"hp": maxhp, **stats}, fitHpPower=70)
+        (built,) = await hub.build("hp-fit", "gen4randombattle", [state(side("us", [fit]), side("them", [BLISSEY]))])
+        assert built.request["active"][0]["moves"][1]["move"] == want
+        assert built.request["side"]["pokemon"][0]["stats"] == stats
+
+
+@pytest.mark.parametrize("been_in", [True, False])
+async def test_a_pokemon_that_has_been_in_has_spent_intrepid_sword(been_in):
+    zacian = mon("Zacian-Crowned", "Intrepid Sword", "Rusted Sword",
+                 ["Behemoth Blade", "Close Combat", "Play Rough", "Swords Dance"], tera="Fighting")
+    us = side("us", [BLISSEY, zacian], [None, {"beenIn": True} if been_in else None])
+    async with LeafHub() as hub:
+        await hub.build("sword", "gen9randombattle", [state(us, side("them", [HEATRAN]))])
+        (leaf,) = await hub.leaves("sword", [(0, "switch 2", "move 3", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert ("|-ability|p1a: Zacian|Intrepid Sword|boost" in leaf.lines) is not been_in, leaf.lines
+
+
+async def test_castform_s_forme_follows_the_patched_weather_not_the_start_s():
+    castform = mon("Castform", "Forecast", "Leftovers", ["Weather Ball", "Energy Ball", "Thunderbolt", "Ice Beam"])
+    ninetales = mon("Ninetales", "Drought", "Heat Rock", ["Fire Blast", "Energy Ball", "Nasty Plot", "Will-O-Wisp"])
+    async with LeafHub() as hub:
+        (built,) = await hub.build("forecast", "gen4randombattle", [state(side("us", [castform]), side("them", [ninetales]))])
+        (leaf,) = await hub.leaves("forecast", [(0, "move 1", "move 2", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-resisted|p1a: Castform" not in leaf.lines, leaf.lines  # still Normal: Energy Ball is neutral
+
+
+async def test_our_traced_ability_is_the_request_s_not_what_the_built_start_traced():
+    porygon = mon("Porygon2", "Trace", "Eviolite", ["Tri Attack", "Recover", "Ice Beam", "Thunder Wave"], tera="Ghost")
+    async with LeafHub() as hub:
+        for decision, patch, want in [("trace0", None, "intimidate"), ("trace1", {"ability": "pressure"}, "pressure")]:
+            (built,) = await hub.build(decision, "gen9randombattle",
+                                       [state(side("us", [porygon], [patch]), side("them", [GYARADOS]))])
+            assert built.request["side"]["pokemon"][0]["ability"] == want

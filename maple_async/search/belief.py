@@ -215,6 +215,8 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
             patch["statusState"] = {"stage": toxic_stage(proto, role, name)}
         if p.get("terastallized"):
             patch["terastallized"] = p["terastallized"]
+        if p.get("active") and p.get("ability") and p["ability"] != p.get("baseAbility"):
+            patch["ability"] = p["ability"]  # Trace, Skill Swap, ...: the request says what it has now
         if p.get("active") and hp == 0:  # fainted in the turn that ended: its switch is the decision
             patch["pp"] = [bench_pp(mon, m) for m in moves]
         elif p.get("active"):
@@ -258,7 +260,7 @@ def check_ours(built: BuiltState, request: dict, real_choices: list[str]) -> Non
     if len(mine) != len(theirs):
         raise Refusal("our_side", f"{len(mine)} Pokémon built, {len(theirs)} in the request")
     for a, b in zip(mine, theirs):
-        for key in ("ident", "details", "condition", "stats", "moves", "item", "baseAbility", "teraType"):
+        for key in ("ident", "details", "condition", "stats", "moves", "item", "baseAbility", "ability", "teraType"):
             if key in b and a.get(key) != b.get(key):
                 raise Refusal("our_side", f"{b['ident']} {key}: built {a.get(key)!r}, real {b.get(key)!r}")
     want = (request.get("active") or [{}])[0].get("moves", [])
@@ -317,10 +319,10 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
             continue
         if effect == Effect.GLAIVE_RUSH:
             # Showdown drops it before the user's next move, even one it cannot make (a 'cant'
-            # poke-env does not clear it on): only a Glaive Rush of the turn that ended counts
+            # poke-env does not clear it on): only a Glaive Rush its user has not acted since counts
             i = proto.last(lambda m: m[1] == "-singlemove" and proto.mine(m, side, name)
                            and to_id(m[3]) == "glaiverush")
-            if i > since and proto.turns_since(i) <= 1:
+            if i > since and not proto.count(lambda m: m[1] in ("move", "cant") and proto.mine(m, side, name), i):
                 out["glaiverush"] = {}
             continue
         if effect in PARADOX:

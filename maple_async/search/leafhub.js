@@ -29,7 +29,8 @@
 // PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "statusSeen": n,
 //          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
 //          "activeTurns", "terastallized": type, "abilityState": {fields} (Supreme Overlord's
-//          "fallen"), "beenIn": bool (it has been in: once-a-battle abilities are spent)}
+//          "fallen"), "ability": id (what it has now: Trace), "beenIn": bool (it has been in:
+//          once-a-battle abilities are spent)}
 // The leads' switch-ins at the start are undone where the patch does not say: every item is
 // the set's (an item used up at the start, Booster Energy, is back), the actives' volatiles
 // are the patch's alone.
@@ -213,6 +214,10 @@ function patchPokemon(battle, pokemon, p) {
     pokemon.swordBoost = true;
     pokemon.shieldBoost = true;
   }
+  if (p.ability) {  // what it has now (Trace), where its set's differs
+    pokemon.ability = battle.dex.abilities.get(p.ability).id;
+    pokemon.abilityState = effectState(battle, pokemon.ability, pokemon);
+  }
   if (p.abilityState) {
     need(pokemon.isActive, `an ability state on ${pokemon.name}, who is not active`);
     Object.assign(pokemon.abilityState, p.abilityState);
@@ -378,7 +383,7 @@ function fitOnce(dex, set, want, hpPower) {
       if (!Number.isInteger(want[stat])) return new BadRequest(`no ${stat} to fit for ${set.species}`);
       const mod = stat === plus ? 1 : stat === minus ? -1 : 0;
       for (const ev of EV_CHOICES) {
-        for (let iv = 31; iv >= 0; iv--) {
+        for (let iv = dex.gen <= 2 ? 30 : 31; iv >= 0; iv -= dex.gen <= 2 ? 2 : 1) {  // gens 1-2: DVs, even IVs
           if (statOf(dex, stat, species.baseStats[stat], iv, ev, set.level || 100, mod) === want[stat]) options[stat].push([ev, iv]);
         }
       }
@@ -451,7 +456,7 @@ function drawSet(gen, dex, species) {
 
 // Team preview hides these species' formes ("Urshifu-*": Showdown's rulesets): a previewed one
 // is any of its formes that has random-battle sets, drawn uniformly.
-const PREVIEW_HIDES = new Set(['arceus', 'greninja', 'gourgeist', 'pumpkaboo', 'silvally', 'urshifu',
+const PREVIEW_HIDES = new Set(['greninja', 'gourgeist', 'pumpkaboo', 'silvally', 'urshifu',
   'dudunsparce', 'xerneas', 'zacian', 'zamazenta']);
 
 function hiddenFormes(gen, dex, species) {
@@ -594,6 +599,8 @@ function reorder(team, active) {
   return {placed, order};
 }
 
+const WEATHER_FORMES = new Set(['forecast', 'flowergift', 'mimicry']);
+
 function build(msg) {
   need(['p1', 'p2'].includes(msg.us), `us must be p1 or p2, not ${msg.us}`);
   need(typeof msg.format === 'string', 'no format');
@@ -626,12 +633,25 @@ function build(msg) {
           if (pokemon.item !== item) {
             pokemon.item = item;
             pokemon.itemState = effectState(battle, item, pokemon);
+            // as its switch-in leaves an item it did not use (Booster Energy waits for the
+            // weather or terrain to end), no use remembered
+            if (pokemon.isActive) pokemon.itemState.started = true;
+            pokemon.lastItem = '';
+            pokemon.usedItemThisTurn = false;
           }
           if (pokemon.isActive) pokemon.volatiles = {};
         }
       }
       for (const [i, side] of sides.entries()) patchSide(battle, battle.sides[i], side.s, side.order);
       patchField(battle, st.field || {});
+      for (const side of battle.sides) {
+        // a forme or type the start's weather or terrain gave, set again for the patched field
+        const pk = side.active[0];
+        if (pk && !pk.fainted && WEATHER_FORMES.has(pk.ability)) {
+          battle.singleEvent('WeatherChange', pk.getAbility(), pk.abilityState, pk);
+          battle.singleEvent('TerrainChange', pk.getAbility(), pk.abilityState, pk);
+        }
+      }
       if (st.turn !== undefined) battle.turn = st.turn;
       refreshActive(battle);
       if (battle.sides.some((side) => side.active[0].switchFlag)) {
