@@ -315,3 +315,8 @@ def test_hidden_power_s_power_is_read_from_the_active_s_request():
                         {"move": "Hidden Power Ice 70", "id": "hiddenpowerice"}]}
     assert belief.hidden_power(active) == 70
     assert belief.hidden_power({"moves": [{"move": "Hidden Power Ice", "id": "hiddenpowerice"}]}) is None
+
+
+def test_details_keep_shiny():
+    assert belief.parse_details("Ludicolo, L85, M, shiny") == {"species": "Ludicolo", "level": 85, "gender": "M",
+                                                             "shiny": True}

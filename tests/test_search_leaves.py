@@ -503,3 +503,10 @@ async def test_our_traced_ability_is_the_request_s_not_what_the_built_start_trac
             (built,) = await hub.build(decision, "gen9randombattle",
                                        [state(side("us", [porygon], [patch]), side("them", [GYARADOS]))])
             assert built.request["side"]["pokemon"][0]["ability"] == want
+
+
+async def test_a_shiny_set_is_built_shiny():
+    async with LeafHub() as hub:
+        (built,) = await hub.build("shiny", "gen4randombattle",
+                                   [state(side("us", [{**JOLTEON, "shiny": True}]), side("them", [BLISSEY]))])
+        assert built.request["side"]["pokemon"][0]["details"].endswith(", shiny")

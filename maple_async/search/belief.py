@@ -122,6 +122,8 @@ def parse_details(details: str) -> dict:
             out["gender"] = p
         elif p.startswith("tera:"):
             out["tera"] = p[5:]
+        elif p == "shiny":
+            out["shiny"] = True
     return out
 
 
@@ -199,6 +201,8 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
              "fit": {"hp": maxhp, **p["stats"]}}
         if p.get("teraType"):
             s["teraType"] = p["teraType"]
+        if det.get("shiny"):  # in the details the request is compared on
+            s["shiny"] = True
         if maxhp == 0:  # fainted: its HP is not shown, its other stats are
             s["fit"]["hp"] = None
         power = hidden_power(active_req) if p.get("active") and battle.gen < 6 else None
