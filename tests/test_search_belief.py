@@ -320,3 +320,12 @@ def test_hidden_power_s_power_is_read_from_the_active_s_request():
 def test_details_keep_shiny():
     assert belief.parse_details("Ludicolo, L85, M, shiny") == {"species": "Ludicolo", "level": 85, "gender": "M",
                                                              "shiny": True}
+
+
+@pytest.mark.parametrize("effect", ["STICKY_WEB", "POLTERGEIST"])
+def test_a_one_turn_activation_poke_env_keeps_needs_nothing(effect):
+    """'-activate|p1a: X|move: Sticky Web' (its side condition is carried) and Poltergeist's
+    item reveal: poke-env keeps them as effects until a switch; the state needs neither."""
+    lines = ["|switch|p1a: Great Tusk|Great Tusk|100/100"]
+    mon = _active("greattusk", effect)
+    assert belief.volatiles(mon, "p1", "Great Tusk", belief.Protocol(FakeReplay(lines)), 9) == {}

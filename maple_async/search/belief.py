@@ -81,7 +81,8 @@ IGNORED_EFFECTS = {getattr(Effect, n) for n in (
     "AROMATHERAPY", "BAD_DREAMS", "HEALER", "HYDRATION", "SHED_SKIN", "CUD_CHEW", "TIDY_UP",
     "COURT_CHANGE", "SCREEN_CLEANER", "CRAFTY_SHIELD", "QUICK_GUARD", "WIDE_GUARD", "MAT_BLOCK",
     "FEINT", "LIGHTNING_ROD", "STORM_DRAIN", "TELEPATHY", "SYMBIOSIS", "GUARD_DOG", "DANCER",
-    "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM") if hasattr(Effect, n)}
+    "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM", "STICKY_WEB", "POLTERGEIST")
+    if hasattr(Effect, n)}
 ILLUSION = {"zoroark", "zorua", "zoroarkhisui", "zoruahisui"}
 SWITCH_IN = {"switch", "drag", "replace"}
 
