@@ -430,6 +430,11 @@ def field_state(battle, proto: Protocol) -> dict:
 
 
 # -- the opponent -----------------------------------------------------------------------------
+def gender_of(mon) -> str:
+    """Showdown's letter for a poke-env Pokémon's gender ('' when none or unknown)."""
+    return {"MALE": "M", "FEMALE": "F"}.get(mon.gender.name, "") if mon.gender else ""
+
+
 def known_opponents(battle, proto: Protocol) -> list[dict]:
     """The revealed facts of each opponent Pokémon seen, in poke-env's order."""
     out = []
@@ -443,7 +448,7 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
             raise Refusal("ditto", f"their {name}")
         item = None if mon.item == UNKNOWN_ITEM else (mon.item or "")
         k = {"name": name, "species": species, "level": mon.level,
-             "gender": {"MALE": "M", "FEMALE": "F"}.get(mon.gender.name, "") if mon.gender else "",
+             "gender": gender_of(mon),
              "moves": list(mon.moves), "item": item, "ability": mon.ability or None,
              "tera": mon.tera_type.name.capitalize() if mon.is_terastallized and mon.tera_type else None}
         out.append((k, mon, name, role))
@@ -566,8 +571,7 @@ def preview_pool(battle, known: list) -> Optional[list]:
             continue
         if to_id(mon.species) in ILLUSION:  # any Pokémon on the field may be it
             raise Refusal("illusion", f"team preview shows their {mon.species}")
-        pool.append({"species": mon.species, "level": mon.level,
-                     **({"gender": {"MALE": "M", "FEMALE": "F"}.get(mon.gender.name, "")} if mon.gender else {})})
+        pool.append({"species": mon.species, "level": mon.level, **({"gender": gender_of(mon)} if mon.gender else {})})
     return pool
 
 

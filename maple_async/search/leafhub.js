@@ -371,26 +371,32 @@ function fitSpread(dex, set, want, hpPower) {
 function fitOnce(dex, set, want, hpPower) {
   const species = dex.species.get(set.species);
   if (!species.exists) return new BadRequest(`unknown species '${set.species}'`);
-  let missing = null;
-  for (const [plus, minus] of dex.gen >= 3 ? NATURES : NATURES.slice(0, 1)) {
-    const options = {};
-    for (const stat of SPREAD) {
-      options[stat] = [];
-      if ((stat === 'hp' && species.maxHP) || (stat === 'hp' && want.hp === null)) {  // Shedinja; fainted
-        options[stat].push([85, 31]);
-        continue;
-      }
-      if (!Number.isInteger(want[stat])) return new BadRequest(`no ${stat} to fit for ${set.species}`);
-      const mod = stat === plus ? 1 : stat === minus ? -1 : 0;
+  for (const stat of SPREAD) {
+    if (stat === 'hp' && (species.maxHP || want.hp === null)) continue;  // Shedinja; fainted
+    if (!Number.isInteger(want[stat])) return new BadRequest(`no ${stat} to fit for ${set.species}`);
+  }
+  // each stat's [EV, IV] pairs under a nature's -1 / 0 / +1, found once for all natures
+  const found = new Map();
+  const optionsOf = (stat, mod) => {
+    if (stat === 'hp' && (species.maxHP || want.hp === null)) return [[85, 31]];
+    const key = `${stat}${mod}`;
+    if (!found.has(key)) {
+      const list = [];
       for (const ev of EV_CHOICES) {
         for (let iv = dex.gen <= 2 ? 30 : 31; iv >= 0; iv -= dex.gen <= 2 ? 2 : 1) {  // gens 1-2: DVs, even IVs
-          if (statOf(dex, stat, species.baseStats[stat], iv, ev, set.level || 100, mod) === want[stat]) options[stat].push([ev, iv]);
+          if (statOf(dex, stat, species.baseStats[stat], iv, ev, set.level || 100, mod) === want[stat]) list.push([ev, iv]);
         }
       }
-      if (!options[stat].length) break;
+      found.set(key, list);
     }
-    if (SPREAD.some((k) => !options[k] || !options[k].length)) {
-      if (!missing) missing = SPREAD.find((k) => !options[k] || !options[k].length);
+    return found.get(key);
+  };
+  let missing = null;
+  for (const [plus, minus] of dex.gen >= 3 ? NATURES : NATURES.slice(0, 1)) {
+    const options = Object.fromEntries(SPREAD.map((stat) => [stat, optionsOf(stat, stat === plus ? 1 : stat === minus ? -1 : 0)]));
+    const empty = SPREAD.find((k) => !options[k].length);
+    if (empty) {
+      missing = missing || empty;
       continue;
     }
     const nature = plus ? dex.natures.all().find((n) => n.plus === plus && n.minus === minus).name : undefined;
@@ -459,18 +465,24 @@ function drawSet(gen, dex, species) {
 const PREVIEW_HIDES = new Set(['greninja', 'gourgeist', 'pumpkaboo', 'silvally', 'urshifu',
   'dudunsparce', 'xerneas', 'zacian', 'zamazenta']);
 
+const formesWithSets = new Map();  // format + species -> its formes that have sets (probed once)
+
 function hiddenFormes(gen, dex, species) {
   const sp = dex.species.get(species);
   if (!PREVIEW_HIDES.has(sp.id)) return [species];
-  const formes = [sp.name, ...(sp.otherFormes || [])].filter((name) => {
-    try {
-      gen.randomSet(name, {}, false);
-      return true;
-    } catch (err) {
-      return false;
-    }
-  });
-  return formes.length ? formes : [species];
+  const key = `${gen.format.id}:${sp.id}`;
+  if (!formesWithSets.has(key)) {
+    const formes = [sp.name, ...(sp.otherFormes || [])].filter((name) => {
+      try {
+        gen.randomSet(name, {}, false);
+        return true;
+      } catch (err) {
+        return false;
+      }
+    });
+    formesWithSets.set(key, formes.length ? formes : [species]);
+  }
+  return formesWithSets.get(key);
 }
 
 function sample(msg) {
