@@ -98,6 +98,20 @@ def baseline_list(text: str) -> list[str]:
     return names
 
 
+def baseline_player(name: str, against: list[Opponent], battle_format: str, search: bool) -> None:
+    """eval's ``--baseline``: a player with no network, against baselines only."""
+    if name not in PLAYED_NAMES:
+        raise UserError(f"--baseline must be one of {', '.join(PLAYED_NAMES)}; got {name!r}")
+    if search:
+        raise UserError("--search searches a checkpoint or a --policy; --baseline search is the search player")
+    checkpoints = [o.spec for o in against if not o.is_baseline]
+    if checkpoints:
+        raise UserError(f"--baseline plays baselines only; --opponents names {checkpoints[0]!r} "
+                        f"(give it as --checkpoint with --opponents {name})")
+    for fmt in split(battle_format) if name in SEARCH_NAMES else ():
+        search_format(fmt)
+
+
 def teacher_and_opponent(teacher: str, opponent: str) -> None:
     """pretrain's ``--teacher`` (a baseline) and ``--opponent`` (a baseline or self)."""
     if teacher not in BASELINE_NAMES or (opponent != SELF and opponent not in BASELINE_NAMES):

@@ -411,3 +411,34 @@ async def test_a_decision_with_one_choice_plays_it_without_a_search():
     s = Searcher(None, SearchConfig())  # no leaf process: a search would fail
     assert await s.choose(NS(last_request=request)) == "switch 2"
     assert s.stats.searched == 1 and s.stats.leaves == 0
+
+
+def test_eval_baseline_takes_baselines_and_refuses_the_rest_in_one_line():
+    against = opponents.eval_list("heuristics,random")
+    opponents.baseline_player("search", against, "gen4randombattle,gen9randombattle", False)
+    opponents.baseline_player("heuristics", against, "gen9randomdoublesbattle", False)
+    with pytest.raises(UserError, match="--baseline must be one of"):
+        opponents.baseline_player("self", against, "gen4randombattle", False)
+    with pytest.raises(UserError, match="is the search player"):
+        opponents.baseline_player("search", against, "gen4randombattle", True)
+    with pytest.raises(UserError, match="singles only"):
+        opponents.baseline_player("search", against, "gen4randombattle,gen9randomdoublesbattle", False)
+    with pytest.raises(UserError, match="plays baselines only"):
+        opponents.baseline_player("search", [opponents.played("runs/x.pt")], "gen4randombattle", False)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_eval_baseline_search_plays_heuristics_and_counts_its_wins(showdown_url, tmp_path, capsys):
+    from maple_async.cli import main
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--baseline", "search", "--opponents", "random", "--battles", "3", "--concurrency", "3",
+                 "--runner.battle_format", "gen4randombattle", "--search.states", "1", "--server", showdown_url,
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "[eval] search vs random (no network): win rate" in text and "over 3 battles" in text, text
+    assert "[eval] search: searched" in text, text
+    import json
+    row = json.loads(out.read_text())["results"][0]
+    # wins and losses counted from the baseline's own side (not every battle a tie)
+    assert row["wins"] + row["losses"] == 3 and row["ties"] == 0, row

@@ -130,10 +130,15 @@ def cmd_eval(args) -> int:
     cfg = eval_config(args)
     if args.battles < 1:
         raise UserError("--battles must be >= 1")
-    if bool(args.checkpoint) == bool(args.policy):
-        raise UserError("eval needs --checkpoint PATH or --policy module:attr (one of them)")
+    if sum(bool(x) for x in (args.checkpoint, args.policy, args.baseline)) != 1:
+        raise UserError("eval needs --checkpoint PATH, --policy module:attr or --baseline NAME (one of them)")
     against = opponents.eval_list(args.opponents or args.opponent)
+    if args.baseline:
+        opponents.baseline_player(args.baseline, against, cfg.runner.battle_format, args.search)
     check_teams(cfg, quiet=args.json == "-", many=True)
+    if args.baseline:
+        return run_async(evaluate.run_baseline_eval(cfg, args.baseline, against, args.battles,
+                                                    json_path=args.json, replays_dir=args.replays))
     search = _search_config(args, cfg)
     return run_async(evaluate.run_eval(cfg, args.checkpoint or args.policy, against, args.battles,
                                        greedy=args.greedy, json_path=args.json, replays_dir=args.replays,

@@ -132,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--policy", default=None, metavar="MODULE:ATTR",
                     help="instead of a checkpoint: a policy trained outside (module:attr or "
                          "path/to/file.py:attr; a batch callable, see docs/env.md)")
+    ev.add_argument("--baseline", default=None, metavar="NAME",
+                    help="instead of a checkpoint: a player with no network against the baselines in "
+                         "--opponents (search: the network-free search player, search.* keys; random, "
+                         "max_power, heuristics)")
     ev.add_argument("--opponents", default=None,
                     help="comma list of random | max_power | heuristics | search | checkpoint PATH: one row per "
                          "opponent (labelled held out / in training from the checkpoint's mix), ratings; "

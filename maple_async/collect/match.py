@@ -98,10 +98,8 @@ class Match:
 
     @property
     def results(self) -> dict:
-        """``me``'s wins, losses and ties so far (a baseline side counts finished battles only)."""
-        if hasattr(self.me, "results"):  # our policy's player or a teacher's
-            return self.me.results
-        return {"won": 0, "lost": 0, "tied": self.me.n_finished}
+        """``me``'s wins, losses and ties so far."""
+        return self.me.results
 
     def start(self, n_battles: int) -> asyncio.Task:
         """Start the batchers, the watchdog and ``n_battles`` battles; returns their task. A

@@ -183,6 +183,11 @@ class ForgetfulBaseline:
     n_decisions = 0
     n_finished = 0
 
+    @property
+    def results(self) -> dict:
+        """Wins, losses and ties of the battles finished so far (eval's baseline side)."""
+        return self.__dict__.setdefault("_maple_results", {"won": 0, "lost": 0, "tied": 0})
+
     def choose_move(self, battle):
         self.n_decisions += 1
         return super().choose_move(battle)
@@ -193,6 +198,7 @@ class ForgetfulBaseline:
 
     def _battle_finished_callback(self, battle) -> None:
         self.n_finished += 1
+        self.results["won" if battle.won else "lost" if battle.lost else "tied"] += 1
         forget_later(self, battle)
 
 

@@ -12,6 +12,7 @@ from ..collect.agent import Agent
 from ..collect.match import Match
 from .. import config as config_mod
 from ..config import for_pool
+from ..errors import UserError
 from ..inference.outside import until_failed
 from ..inference.policy import InferencePolicy, policy_from_checkpoint  # noqa: F401 - re-exported
 from ..learn.metrics import wilson_interval
@@ -249,6 +250,59 @@ def searching(search, ckpt_cfg) -> Callable[..., Agent]:
                              value_gamma=ckpt_cfg.ppo.gamma if ckpt_cfg is not None else 0.99)
 
 
+async def run_baseline_eval(cfg, name: str, opponents: list[Opponent], n_battles: int, *,
+                            json_path: Optional[str] = None, replays_dir: Optional[str] = None) -> int:
+    """``eval --baseline NAME``: a player with no network (``search``: the network-free search
+    player with the config's ``search`` keys) against each baseline, in every format of the
+    config; rows, ratings and JSON as :func:`run_eval` prints them."""
+    from ..pokeenv.players import fast_kwargs
+    from ..showdown import showdown_for
+    from ..teams import for_config
+    if replays_dir:
+        raise UserError("--replays records a network's battles; --baseline has none")
+    table = EvalTable()
+    quiet = json_path == "-"
+    names = config_mod.formats(cfg.runner.battle_format)
+    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
+        for fmt in names:
+            one = config_mod.for_format(cfg, fmt)
+            tag = "" if len(names) == 1 else f" [{fmt}]"
+            for o in opponents:
+                match = Match(server.url, name, o.spec, concurrency=cfg.runner.concurrency, battle_format=fmt,
+                              battle_options=fast_kwargs(one.runner), battle_timeout_s=one.runner.battle_timeout_s,
+                              account="evl", teams=for_config(one), search=one.search)
+                try:
+                    seconds = await match.play(n_battles)
+                finally:
+                    await match.close()  # closes the search player's leaf process too
+                r = match.results
+                stats = getattr(match.me, "search_stats", None)
+                res = EvalResult(o.spec, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds,
+                                 note=stats.line() if stats is not None else "")
+                table.results.append((name + tag, res, "no network"))
+                if not quiet:
+                    print(table.row(-1), flush=True)
+                    if res.note:
+                        print(f"[eval] {name}: {res.note}", flush=True)
+    _finish(table, json_path, None)
+    return 0
+
+
+def _finish(table: EvalTable, json_path: Optional[str], replays) -> None:
+    """The JSON (``-``: on stdout alone), the ratings and the replays' line."""
+    quiet = json_path == "-"
+    if json_path:
+        text = json.dumps(table.to_json(), indent=2)
+        if quiet:
+            print(text)
+        else:
+            Path(json_path).write_text(text + "\n")
+    if not quiet:
+        print("\n".join(table.summary()))
+        if replays is not None:
+            print(f"[eval] {replays.written} replays in {replays.folder}")
+
+
 async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, *, greedy: bool = False,
                    json_path: Optional[str] = None, replays_dir: Optional[str] = None,
                    search=None) -> int:
@@ -302,14 +356,5 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
                         print(table.row(-1), flush=True)
                         if res.note:
                             print(f"[eval] {res.opponent}: {res.note}", flush=True)
-    if json_path:
-        text = json.dumps(table.to_json(), indent=2)
-        if quiet:
-            print(text)
-        else:
-            Path(json_path).write_text(text + "\n")
-    if not quiet:
-        print("\n".join(table.summary()))
-        if replays is not None:
-            print(f"[eval] {replays.written} replays in {replays.folder}")
+    _finish(table, json_path, replays)
     return 0
