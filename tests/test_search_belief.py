@@ -329,3 +329,21 @@ def test_a_one_turn_activation_poke_env_keeps_needs_nothing(effect):
     lines = ["|switch|p1a: Great Tusk|Great Tusk|100/100"]
     mon = _active("greattusk", effect)
     assert belief.volatiles(mon, "p1", "Great Tusk", belief.Protocol(FakeReplay(lines)), 9) == {}
+
+
+def test_a_changed_type_carries_its_types_and_the_ability_that_changed_it():
+    lines = ["|switch|p2a: Greninja|Greninja, L79|100/100", "|turn|3",
+             "|move|p2a: Greninja|Grass Knot|p1a: Swampert",
+             "|-start|p2a: Greninja|typechange|Grass|[from] ability: Protean"]
+    mon = _active("greninja", "TYPECHANGE")
+    got = belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(lines)), 9)
+    assert got == {"typechange": {"types": ["Grass"], "ability": "protean"}}
+    soaked = ["|switch|p1a: Heatran|Heatran|100/100", "|-start|p1a: Heatran|typechange|Water"]
+    got = belief.volatiles(_active("heatran", "TYPECHANGE"), "p1", "Heatran", belief.Protocol(FakeReplay(soaked)), 9)
+    assert got == {"typechange": {"types": ["Water"]}}
+    # Reflect Type names no type; a change before this switch-in is not this one's
+    for stale in (lines[:3] + ["|-start|p2a: Greninja|typechange|[from] move: Reflect Type|[of] p1a: Swampert"],
+                  lines + ["|switch|p2a: Greninja|Greninja, L79|100/100"]):
+        with pytest.raises(Refusal) as r:
+            belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(stale)), 9)
+        assert r.value.reason == "volatile:typechange"

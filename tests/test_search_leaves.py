@@ -510,3 +510,21 @@ async def test_a_shiny_set_is_built_shiny():
         (built,) = await hub.build("shiny", "gen4randombattle",
                                    [state(side("us", [{**JOLTEON, "shiny": True}]), side("them", [BLISSEY]))])
         assert built.request["side"]["pokemon"][0]["details"].endswith(", shiny")
+
+
+async def test_a_changed_type_is_built_and_protean_spent_changes_it_no_more():
+    """A Greninja whose Protean made it Ground: Thunderbolt does not touch it; spent (gen 9: once a
+    switch-in), its Surf leaves it Ground; not spent, Surf makes it Water again."""
+    greninja = mon("Greninja", "Protean", "Life Orb", ["Surf", "Earth Power", "Ice Beam", "U-turn"], tera="Water")
+    async with LeafHub() as hub:
+        lines = {}
+        for spent in (True, False):
+            change = {"types": ["Ground"], **({"ability": "protean"} if spent else {})}
+            them = side("them", [greninja], [{"volatiles": {"typechange": change}}])
+            await hub.build(f"tc{spent}", "gen9randombattle", [state(side("us", [JOLTEON]), them)])
+            (leaf,) = await hub.leaves(f"tc{spent}", [(0, "move 1", "move 1", SEEDS[0])])
+            assert leaf.error is None, leaf.error
+            lines[spent] = leaf.lines
+            assert "|-immune|p2a: Greninja" in leaf.lines, leaf.lines  # Thunderbolt on a Ground type
+        assert "typechange|Water" not in lines[True], lines[True]
+        assert "|-start|p2a: Greninja|typechange|Water|[from] ability: Protean" in lines[False], lines[False]

@@ -330,6 +330,9 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
             if i > since and not proto.count(lambda m: m[1] in ("move", "cant") and proto.mine(m, side, name), i):
                 out["glaiverush"] = {}
             continue
+        if effect == Effect.TYPECHANGE:
+            out["typechange"] = typechange(side, name, proto, since)
+            continue
         if effect in PARADOX:
             boost = paradox(PARADOX[effect], side, name, proto, since)
             if boost is not None:
@@ -373,6 +376,21 @@ def paradox(label: str, side: str, name: str, proto: Protocol, since: int) -> Op
     if j > since and "[fromitem]" in proto.events[j][4:]:
         fields["fromBooster"] = True
     return fields
+
+
+def typechange(side: str, name: str, proto: Protocol, since: int) -> dict:
+    """'-start|p2a: Greninja|typechange|Water|[from] ability: Protean': the types it has now, and
+    the ability that changed them (spent until its next switch-in in gen 9); Reflect Type names
+    no type ('-start|...|typechange|[from] move: Reflect Type|[of] ...'): refused."""
+    i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]) == "typechange")
+    m = proto.events[i] if i > since else []
+    if len(m) < 5 or not m[4] or m[4].startswith("["):
+        raise Refusal("volatile:typechange", f"{name}: no type named")
+    out: dict = {"types": m[4].split("/")}
+    by = next((p.split(":", 1)[1] for p in m[5:] if p.startswith("[from] ability:")), None)
+    if by:
+        out["ability"] = to_id(by)
+    return out
 
 
 def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:

@@ -30,7 +30,8 @@
 //          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
 //          "activeTurns", "terastallized": type, "abilityState": {fields} (Supreme Overlord's
 //          "fallen"), "ability": id (what it has now: Trace), "beenIn": bool (it has been in:
-//          once-a-battle abilities are spent)}
+//          once-a-battle abilities are spent)}; the volatile "typechange": {"types": [type, ...],
+//          "ability": id (Protean / Libero, which in gen 9 change it once a switch-in)} sets its types
 // The leads' switch-ins at the start are undone where the patch does not say: every item is
 // the set's (an item used up at the start, Booster Energy, is back), the actives' volatiles
 // are the patch's alone.
@@ -224,6 +225,12 @@ function patchPokemon(battle, pokemon, p) {
   }
   for (const [id, fields] of Object.entries(p.volatiles || {})) {
     need(pokemon.isActive, `volatile '${id}' on ${pokemon.name}, who is not active`);
+    if (id === 'typechange') {  // no volatile in Showdown: the types, and Protean / Libero spent
+      need(Array.isArray(fields.types) && fields.types.length > 0, `typechange without types`);
+      pokemon.setType(fields.types, true);
+      if (fields.ability && pokemon.ability === fields.ability) pokemon.abilityState[fields.ability] = true;
+      continue;
+    }
     const vid = condition(battle, id, 'volatile');
     if (fields === null) {
       delete pokemon.volatiles[vid];
