@@ -347,3 +347,22 @@ def test_a_changed_type_carries_its_types_and_the_ability_that_changed_it():
         with pytest.raises(Refusal) as r:
             belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(stale)), 9)
         assert r.value.reason == "volatile:typechange"
+
+
+def test_a_future_sight_on_its_way_counts_the_turn_ends_left_until_it_hits():
+    used = ["|turn|4", "|switch|p2a: Slowking|Slowking, L84|100/100", "|turn|5",
+            "|move|p2a: Slowking|Future Sight|p1a: Garchomp", "|-start|p2a: Slowking|move: Future Sight",
+            "|upkeep|"]
+    want = {"move": "futuresight", "source": ["p2", "Slowking"]}
+    assert belief.future_moves(belief.Protocol(FakeReplay(used + ["|turn|6"]))) == {"p1": {**want, "residuals": 2}}
+    later = used + ["|turn|6", "|switch|p2a: Blissey|Blissey|100/100", "|upkeep|", "|turn|7"]
+    assert belief.future_moves(belief.Protocol(FakeReplay(later))) == {"p1": {**want, "residuals": 1}}
+    hit = later + ["|-end|p1a: Garchomp|move: Future Sight", "|-damage|p1a: Garchomp|40/100", "|upkeep|", "|turn|8"]
+    assert belief.future_moves(belief.Protocol(FakeReplay(hit))) == {}
+    # our Doom Desire in gen 4 words ('-start|...|Doom Desire'); its target fainted: no '-end', gone all the same
+    ours = ["|turn|2", "|move|p1a: Jirachi|Doom Desire|p2a: Blissey", "|-start|p1a: Jirachi|Doom Desire",
+            "|upkeep|", "|turn|3"]
+    assert belief.future_moves(belief.Protocol(FakeReplay(ours))) == {
+        "p2": {"move": "doomdesire", "source": ["p1", "Jirachi"], "residuals": 2}}
+    gone = ours + ["|upkeep|", "|turn|4", "|faint|p2a: Blissey", "|upkeep|", "|turn|5"]
+    assert belief.future_moves(belief.Protocol(FakeReplay(gone))) == {}

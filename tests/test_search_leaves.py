@@ -528,3 +528,17 @@ async def test_a_changed_type_is_built_and_protean_spent_changes_it_no_more():
             assert "|-immune|p2a: Greninja" in leaf.lines, leaf.lines  # Thunderbolt on a Ground type
         assert "typechange|Water" not in lines[True], lines[True]
         assert "|-start|p2a: Greninja|typechange|Water|[from] ability: Protean" in lines[False], lines[False]
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_a_future_sight_on_its_way_hits_after_the_turn_ends_left(fmt):
+    slowking = mon("Slowking", "Regenerator", "Leftovers", ["Future Sight", "Scald", "Slack Off", "Thunder Wave"],
+                   tera="Water")
+    async with LeafHub() as hub:
+        for left in (1, 2):
+            them = side("them", [BLISSEY, slowking])
+            us = side("us", [GARCHOMP], future={"move": "futuresight", "source": 1, "residuals": left})
+            await hub.build(f"fs{left}", fmt, [state(us, them)])
+            (leaf,) = await hub.leaves(f"fs{left}", [(0, "move 4", "move 1", SEEDS[0])])
+            assert leaf.error is None, leaf.error
+            assert ("|-end|p1a: Garchomp|move: Future Sight" in leaf.lines) is (left == 1), leaf.lines

@@ -81,7 +81,8 @@ IGNORED_EFFECTS = {getattr(Effect, n) for n in (
     "AROMATHERAPY", "BAD_DREAMS", "HEALER", "HYDRATION", "SHED_SKIN", "CUD_CHEW", "TIDY_UP",
     "COURT_CHANGE", "SCREEN_CLEANER", "CRAFTY_SHIELD", "QUICK_GUARD", "WIDE_GUARD", "MAT_BLOCK",
     "FEINT", "LIGHTNING_ROD", "STORM_DRAIN", "TELEPATHY", "SYMBIOSIS", "GUARD_DOG", "DANCER",
-    "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM", "STICKY_WEB", "POLTERGEIST")
+    "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM", "STICKY_WEB", "POLTERGEIST",
+    "FUTURE_SIGHT", "DOOM_DESIRE")  # (the last two: a slot condition, future_moves)
     if hasattr(Effect, n)}
 ILLUSION = {"zoroark", "zorua", "zoroarkhisui", "zoruahisui"}
 SWITCH_IN = {"switch", "drag", "replace"}
@@ -425,6 +426,30 @@ def side_conditions(conditions: dict, side: str, battle, proto: Protocol) -> dic
     return out
 
 
+FUTURE_MOVES = {"futuresight", "doomdesire"}
+
+
+def future_moves(proto: Protocol) -> dict:
+    """The Future Sight / Doom Desire on its way to each side ('-start|p2a: Slowking|move: Future
+    Sight'): side -> {"move", "source": [side, name], "residuals": the turn ends left before it
+    hits (it hits at the third after its use)}; one that hit ('-end' on the slot) is gone."""
+    out: dict = {}
+    for i, m in enumerate(proto.events):
+        if m[1] != "-start" or len(m) < 4 or to_id(m[3]).removeprefix("move") not in FUTURE_MOVES:
+            continue
+        side, name = proto.who(m[2])
+        target = "p2" if side == "p1" else "p1"
+        left = 3 - proto.count(lambda e: e[1] == "upkeep", i)
+        move = to_id(m[3]).removeprefix("move")
+        hit = proto.count(lambda e: e[1] == "-end" and e[2].startswith(target) and len(e) > 3
+                          and to_id(e[3]).removeprefix("move") == move, i)
+        if left > 0 and not hit:
+            out[target] = {"move": move, "source": [side, name], "residuals": left}
+        else:
+            out.pop(target, None)
+    return out
+
+
 def field_state(battle, proto: Protocol) -> dict:
     f: dict = {"pseudoWeather": {}}
     for weather in battle.weather:
@@ -622,6 +647,7 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
         raise
     role, opp = battle.player_role, battle.opponent_role
     base_field = field_state(battle, proto)
+    futures = future_moves(proto)
     residual = residual_pending(battle, request, proto)
     states = []
     for j, team in enumerate(teams):
@@ -638,6 +664,10 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
         teams = {role: us["team"], opp: team}
         _sources(us["conditions"], teams)
         _sources(theirs["conditions"], teams)
+        for side_id, side in ((role, us), (opp, theirs)):
+            if side_id in futures:
+                f = futures[side_id]
+                side["future"] = {**f, "source": _index(teams[f["source"][0]], *f["source"])}
         fld = {**base_field, "pseudoWeather": {p: dict(f) for p, f in base_field["pseudoWeather"].items()}}
         for key in ("weatherSource", "terrainSource"):
             src = fld.get(key)

@@ -25,7 +25,8 @@
 //          (a set may carry "fit": {hp, atk, def, spa, spd, spe} and "fitHpPower": n in place of
 //          its EVs and IVs: the spread nearest the random formats' that gives those stats),
 //          "pokemon": [PATCH | null per team index], "conditions": {id: {"duration", "layers"}},
-//          "teraUsed": bool}
+//          "teraUsed": bool, "future": {"move": "futuresight" | "doomdesire", "source": index into the
+//          other side's team, "residuals": turn ends before it hits this side's active slot}}
 // PATCH = {"hp" | "hpFraction", "status", "statusState": {"time"} | {"stage"}, "statusSeen": n,
 //          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
 //          "activeTurns", "terastallized": type, "abilityState": {fields} (Supreme Overlord's
@@ -620,6 +621,33 @@ function reorder(team, active) {
 
 const WEATHER_FORMES = new Set(['forecast', 'flowergift', 'mimicry']);
 
+// A Future Sight / Doom Desire on its way to this side's slot, set by the move's own onTry (the
+// generation's: gens 2-4 fix its damage at use), hitting after f.residuals more turn ends.
+function futureMove(battle, side, f, foeOrder, residualToCome) {
+  const move = battle.dex.moves.get(f.move);
+  need(['futuresight', 'doomdesire'].includes(move.id) && move.onTry, `no future move '${f.move}'`);
+  need(Number.isInteger(f.residuals) && f.residuals >= 1 && f.residuals <= 3, `residuals ${f.residuals}`);
+  need(Number.isInteger(f.source) && f.source >= 0 && f.source < foeOrder.length, `source ${f.source}`);
+  const source = side.foe.pokemon[foeOrder[f.source]];
+  const target = side.active[0];
+  const slot = side.slotConditions[target.position];
+  delete slot.futuremove;
+  const event = battle.event;
+  battle.event = {target: source};  // the move's user, as in its own onTry's event
+  try {
+    move.onTry.call(battle, source, target);
+  } finally {
+    battle.event = event;
+  }
+  const state = slot.futuremove;
+  need(state, `${move.name} could not be set on ${target.name}`);
+  // the next turn end is this turn's, or at a faint's switch whose residual ran, the next turn's
+  const faintSwitch = side.active[0].switchFlag || side.foe.active[0].switchFlag;
+  const next = faintSwitch && !residualToCome ? battle.turn + 1 : battle.turn;
+  state.endingTurn = next - 1 + f.residuals - 1;
+  if (state.duration) state.duration = f.residuals;
+}
+
 function build(msg) {
   need(['p1', 'p2'].includes(msg.us), `us must be p1 or p2, not ${msg.us}`);
   need(typeof msg.format === 'string', 'no format');
@@ -672,6 +700,9 @@ function build(msg) {
         }
       }
       if (st.turn !== undefined) battle.turn = st.turn;
+      for (const [i, side] of sides.entries()) {
+        if (side.s.future) futureMove(battle, battle.sides[i], side.s.future, sides[1 - i].order, !!st.residual);
+      }
       refreshActive(battle);
       if (battle.sides.some((side) => side.active[0].switchFlag)) {
         // a faint's switch at the end of a turn: the switch-ins, then the next turn starts
