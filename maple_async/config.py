@@ -222,6 +222,10 @@ class SearchConfig:
                                    "for us kept) or 'slot' (its moves, then switches)", choices=REPLY_ORDERS)
     rule: str = key("maxmin", "how the payoff tables choose: max-min, their mixed equilibrium, or the "
                               "expected value over the opponent's replies", choices=SEARCH_RULES)
+    attack_weight: float = key(0.0, "max-min's reply model: each state scores our choice (1 - w) x its worst "
+                                    "reply + w x the opponent's strongest attack on our active (the later "
+                                    "turns' model, played in every state's table); 0: the worst reply alone",
+                               ge=0, le=1)
     # At 0.5 the search's own max-min pick is never overruled; the prior breaks its ties.
     prior_weight: float = key(0.5, "weight of the network's probabilities in the choice: "
                                    "(1 - w) search + w policy", ge=0, le=1)
@@ -240,6 +244,8 @@ class SearchConfig:
 
 
 def _check_q_scale(search: "SearchConfig") -> None:
+    if search.attack_weight > 0 and search.rule != "maxmin":
+        raise ConfigError("config key 'search.attack_weight' weighs max-min's replies: it needs search.rule maxmin")
     if search.q_scale > 0 and search.rule == "equilibrium":  # its rows all score the game's value
         raise ConfigError("config key 'search.q_scale' needs search.rule maxmin or expected: an "
                           "equilibrium's rows score alike, so its mix would be lost to the policy")

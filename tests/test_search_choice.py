@@ -139,3 +139,17 @@ def test_equilibrium_stops_near_an_equilibrium():
     assert c.value - (c.probs @ a).min() < 2e-3
     full = choice.equilibrium(t, tol=0.0, iterations=5000)
     assert abs(full.value - c.value) < 2e-3
+
+
+def test_maxmin_weighs_the_modelled_reply_against_the_worst():
+    # row 0 is safe (0.1 against both), row 1 beats the modelled reply (col 0) and loses to col 1
+    t = np.array([[0.1, 0.1], [0.8, -0.4]])
+    assert choice.maxmin([t]).action == 0
+    mixed = choice.maxmin([t], model=[0], model_weight=0.5)
+    assert mixed.action == 1 and mixed.scores == pytest.approx([0.1, 0.2])
+    # a modelled reply the row did not play, or no model in a state, scores that state's worst
+    nan = np.array([[0.1, 0.1], [np.nan, -0.4]])
+    assert choice.maxmin([nan], model=[0], model_weight=1.0).scores == pytest.approx([0.1, -0.4])
+    assert choice.maxmin([t, t], model=[-1, 0], model_weight=1.0).scores == pytest.approx([0.1, 0.2])
+    with pytest.raises(ValueError, match="one column per state"):
+        choice.maxmin([t], model=[0, 1], model_weight=0.5)

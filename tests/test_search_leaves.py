@@ -542,3 +542,9 @@ async def test_a_future_sight_on_its_way_hits_after_the_turn_ends_left(fmt):
             (leaf,) = await hub.leaves(f"fs{left}", [(0, "move 4", "move 1", SEEDS[0])])
             assert leaf.error is None, leaf.error
             assert ("|-end|p1a: Garchomp|move: Future Sight" in leaf.lines) is (left == 1), leaf.lines
+
+
+async def test_a_built_state_names_the_opponents_strongest_attack_on_our_active():
+    async with LeafHub() as hub:
+        (built,) = await hub.build("atk", "gen4randombattle", [state(side("us", [JOLTEON]), side("them", [GYARADOS]))])
+        assert built.attack == "move 2", built  # Earthquake (2x on Jolteon) over STAB Waterfall

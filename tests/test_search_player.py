@@ -56,6 +56,16 @@ async def test_the_searcher_picks_the_ko(rule):
 
 
 @pytest.mark.integration
+async def test_the_opponents_strongest_attack_is_played_in_every_table_it_weighs():
+    async with LeafHub() as hub:
+        for weight, leaves in ((0.0, 5), (0.5, 10)):
+            # one reply in slot order (Waterfall); the modelled reply (Earthquake) joins it
+            searcher = Searcher(hub, SearchConfig(states=1, replies=1, attack_weight=weight, budget_ms=0), seed=3)
+            assert await searcher.search("gen4randombattle", "p1", [KO_POSITION]) == "move 3"
+            assert searcher.stats.leaves == leaves, weight
+
+
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 @pytest.mark.parametrize("depth", [2, 3])
 async def test_two_and_three_turn_leaves_score_the_turns_after_and_still_pick_the_ko(monkeypatch, depth):
@@ -271,6 +281,10 @@ def test_search_keys_are_config_keys_refused_in_one_line():
         SearchConfig(replies=0)
     with pytest.raises(ConfigError, match="'search.q_scale' needs search.rule maxmin or expected"):
         C.load(None, {"search.rule": "equilibrium", "search.q_scale": 1})
+    with pytest.raises(ConfigError, match="'search.attack_weight' must be <= 1"):
+        C.load(None, {"search.attack_weight": 2})
+    with pytest.raises(ConfigError, match="'search.attack_weight' weighs max-min's replies"):
+        C.load(None, {"search.rule": "expected", "search.attack_weight": 0.5})
 
 
 @pytest.mark.integration

@@ -113,13 +113,23 @@ def _finish(search: np.ndarray, value: float, scores: np.ndarray, prior: Optiona
 
 def maxmin(tables: Tables, weights: Optional[Sequence[float]] = None,
            prior: Optional[Sequence[float]] = None, prior_weight: float = 0.0,
-           rng: Optional[np.random.Generator] = None, q_scale: float = 0.0) -> Choice:
+           rng: Optional[np.random.Generator] = None, q_scale: float = 0.0,
+           model: Optional[Sequence[int]] = None, model_weight: float = 0.0) -> Choice:
     """The action whose worst reply (per state, NaN skipped), averaged over states by
-    weight, is best. Ties share the search's probability."""
+    weight, is best. Ties share the search's probability. ``model``: per state, the column of
+    the reply the opponent is expected to play (-1: none); with ``model_weight`` w a state
+    scores an action ``(1 - w) worst + w`` its cell in that column (its worst where unplayed)."""
     v, w = _stack(tables, weights)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: NaN, skipped below
         worst = np.nanmin(v, axis=2)  # [state, our action]
+    if model is not None and model_weight > 0:
+        if len(model) != len(v) or not 0 < model_weight <= 1:
+            raise ValueError(f"model needs one column per state ({len(v)}) and model_weight in (0, 1]")
+        cols = np.asarray(model)
+        cell = v[np.arange(len(v)), :, np.clip(cols, 0, v.shape[2] - 1)]  # [state, our action]
+        cell = np.where((cols[:, None] >= 0) & ~np.isnan(cell), cell, worst)
+        worst = (1.0 - model_weight) * worst + model_weight * cell
     score = _weighted_mean(worst, w)
     return _finish(_argmax_probs(score), np.nanmax(score), score, prior, prior_weight, rng, q_scale)
 

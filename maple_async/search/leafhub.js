@@ -3,7 +3,8 @@
 //
 // Newline-delimited JSON both ways; every request carries an "id" its answer repeats.
 //   {"id", "op": "build", "decision", "format", "us": "p1"|"p2", "states": [STATE, ...]}
-//     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...]}]}
+//     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...],
+//         "attack": their strongest attack on our active (STRONGEST below)}]}
 //   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...],
 //    "keep": bool}
 //     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value", "kept"} | {"error"}]}
@@ -721,6 +722,7 @@ function build(msg) {
         request: battle.sides[usIndex].activeRequest,
         ours: legalChoices(battle.sides[usIndex]),
         theirs: legalChoices(battle.sides[1 - usIndex]),
+        attack: strongest(battle, battle.sides[1 - usIndex], battle.sides[usIndex]),
       });
     } catch (err) {
       throw new BadRequest(`state ${k}: ${err.message}`);

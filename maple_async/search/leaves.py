@@ -68,6 +68,7 @@ class BuiltState:
     request: dict
     ours: list[str]
     theirs: list[str]
+    attack: str = ""  # their strongest attack on our active (the later turns' reply model)
 
 
 @dataclass
@@ -143,7 +144,7 @@ class LeafHub:
         """Build ``states`` (each a STATE of leafhub.js's format) under the name ``decision``."""
         reply = await self._request({"op": "build", "decision": decision, "format": format,
                                      "us": us, "states": list(states)})
-        return [BuiltState(s["request"], s["ours"], s["theirs"]) for s in reply["states"]]
+        return [BuiltState(s["request"], s["ours"], s["theirs"], s.get("attack", "")) for s in reply["states"]]
 
     async def leaves(self, decision: str, leaves: Sequence[tuple[int, str, str, Seed]],
                      keep: bool = False) -> list[Leaf]:

@@ -284,6 +284,10 @@ class Searcher:
                     chosen = self._threats(kept, built, first, got, scored(got), replies_n)
                 else:
                     chosen = {k: replies(built[k].theirs, replies_n) for k in kept}
+                if cfg.attack_weight > 0:  # the modelled reply is played in every state's table
+                    for k in kept:
+                        if built[k].attack in built[k].theirs and built[k].attack not in chosen[k]:
+                            chosen[k] = chosen[k] + [built[k].attack]
                 # the table's leaves are all fresh: the first pass's were kept for scoring low
                 specs = self._specs([(k, ours[a], b) for k in kept for a in rows for b in chosen[k]])
                 leaves = await self.hub.leaves(decision, specs, keep=cfg.depth > 1)
@@ -313,9 +317,13 @@ class Searcher:
             tables = list(np.where(counts > 0, sums / np.maximum(counts, 1), np.nan))
         rule = getattr(rules, cfg.rule)
         row_prior = prior[rows] if prior is not None and prior[rows].sum() > 0 else None
+        modelled = {}
+        if cfg.attack_weight > 0:
+            modelled = {"model": [columns.index(built[k].attack) if built[k].attack in columns else -1 for k in kept],
+                        "model_weight": cfg.attack_weight}
         picked = rule(tables, rng=self._rng if cfg.rule == "equilibrium" else None,
                       prior=row_prior, prior_weight=cfg.prior_weight if row_prior is not None else 0.0,
-                      q_scale=cfg.q_scale)
+                      q_scale=cfg.q_scale, **modelled)
         if log.isEnabledFor(logging.DEBUG):  # the scores against the policy, to choose q_scale
             log.debug("%s scores %s prior %s -> %s", decision, np.round(picked.scores, 3),
                       None if row_prior is None else np.round(row_prior / row_prior.sum(), 3),
