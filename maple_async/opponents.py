@@ -104,6 +104,9 @@ def baseline_player(name: str, against: list[Opponent], battle_format: str, sear
         raise UserError(f"--baseline must be one of {', '.join(PLAYED_NAMES)}; got {name!r}")
     if search:
         raise UserError("--search searches a checkpoint or a --policy; --baseline search is the search player")
+    if name in [o.spec for o in against]:
+        raise UserError(f"--baseline {name} against itself: both sides' wins would be one player's; "
+                        f"leave it out of --opponents")
     checkpoints = [o.spec for o in against if not o.is_baseline]
     if checkpoints:
         raise UserError(f"--baseline plays baselines only; --opponents names {checkpoints[0]!r} "

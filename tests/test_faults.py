@@ -154,9 +154,29 @@ def test_silence_counts_only_when_no_side_waits_on_us():
                                       "orphan": unfinished, "over": SimpleNamespace(finished=True)})
     silent, orphans = silent_battles([agent], [player], 10.0, now, {})
     assert set(silent) == {"quiet"} and sorted(k for _, k in silent["quiet"]) == [("quiet", "p1"), ("quiet", "p2")]
-    assert orphans == {"orphan": now}  # no live side: counted from now on
+    assert orphans == {"orphan": (now, 0)}  # no live side: counted from now on
     silent, orphans = silent_battles([agent], [player], 10.0, now + 11, orphans)
-    assert "orphan" in silent and orphans == {"orphan": now}
+    assert "orphan" in silent and orphans == {"orphan": (now, 0)}
+
+
+async def test_a_match_of_two_baselines_has_a_watchdog():
+    from maple_async.collect.match import start_agents
+    task = start_agents([], [SimpleNamespace(battles={})], 10.0)
+    assert task is not None  # eval --baseline: no agent, its battles watched all the same
+    task.cancel()
+
+
+def test_a_battle_of_two_baselines_is_silent_only_once_its_turn_stays_for_the_timeout():
+    from maple_async.collect.match import silent_battles
+    now = 1000.0
+    battle = SimpleNamespace(finished=False, turn=3)
+    player = SimpleNamespace(battles={"b": battle})
+    _, orphans = silent_battles([], [player], 10.0, now, {})
+    battle.turn = 4  # it moved on: counted afresh
+    silent, orphans = silent_battles([], [player], 10.0, now + 11, orphans)
+    assert not silent and orphans == {"b": (now + 11, 4)}
+    silent, _ = silent_battles([], [player], 10.0, now + 22, orphans)
+    assert set(silent) == {"b"}
 
 
 @pytest.mark.integration

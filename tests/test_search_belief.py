@@ -338,6 +338,10 @@ def test_a_changed_type_carries_its_types_and_the_ability_that_changed_it():
     mon = _active("greninja", "TYPECHANGE")
     got = belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(lines)), 9)
     assert got == {"typechange": {"types": ["Grass"], "ability": "protean"}}
+    # Protean stays spent after Soak (gen 9: once a switch-in)
+    got = belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(
+        lines + ["|-start|p2a: Greninja|typechange|Water"])), 9)
+    assert got == {"typechange": {"types": ["Water"], "ability": "protean"}}
     soaked = ["|switch|p1a: Heatran|Heatran|100/100", "|-start|p1a: Heatran|typechange|Water"]
     got = belief.volatiles(_active("heatran", "TYPECHANGE"), "p1", "Heatran", belief.Protocol(FakeReplay(soaked)), 9)
     assert got == {"typechange": {"types": ["Water"]}}
@@ -354,15 +358,20 @@ def test_a_future_sight_on_its_way_counts_the_turn_ends_left_until_it_hits():
             "|move|p2a: Slowking|Future Sight|p1a: Garchomp", "|-start|p2a: Slowking|move: Future Sight",
             "|upkeep|"]
     want = {"move": "futuresight", "source": ["p2", "Slowking"]}
-    assert belief.future_moves(belief.Protocol(FakeReplay(used + ["|turn|6"]))) == {"p1": {**want, "residuals": 2}}
+    assert belief.future_moves(belief.Protocol(FakeReplay(used + ["|turn|6"])), 9) == {"p1": {**want, "residuals": 2}}
     later = used + ["|turn|6", "|switch|p2a: Blissey|Blissey|100/100", "|upkeep|", "|turn|7"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(later))) == {"p1": {**want, "residuals": 1}}
+    assert belief.future_moves(belief.Protocol(FakeReplay(later)), 9) == {"p1": {**want, "residuals": 1}}
     hit = later + ["|-end|p1a: Garchomp|move: Future Sight", "|-damage|p1a: Garchomp|40/100", "|upkeep|", "|turn|8"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(hit))) == {}
-    # our Doom Desire in gen 4 words ('-start|...|Doom Desire'); its target fainted: no '-end', gone all the same
+    assert belief.future_moves(belief.Protocol(FakeReplay(hit)), 9) == {}
+    # our Doom Desire in the bare words of gens 2-4 and base ('-start|...|Doom Desire'); its target
+    # fainted: no '-end', gone all the same
     ours = ["|turn|2", "|move|p1a: Jirachi|Doom Desire|p2a: Blissey", "|-start|p1a: Jirachi|Doom Desire",
             "|upkeep|", "|turn|3"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(ours))) == {
+    assert belief.future_moves(belief.Protocol(FakeReplay(ours)), 5) == {
         "p2": {"move": "doomdesire", "source": ["p1", "Jirachi"], "residuals": 2}}
     gone = ours + ["|upkeep|", "|turn|4", "|faint|p2a: Blissey", "|upkeep|", "|turn|5"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(gone))) == {}
+    assert belief.future_moves(belief.Protocol(FakeReplay(gone)), 4) == {}
+    # gens 2-4 fixed the damage at use, against that turn's target: a state built later cannot know it
+    with pytest.raises(Refusal) as r:
+        belief.future_moves(belief.Protocol(FakeReplay(ours)), 4)
+    assert r.value.reason == "future_move"

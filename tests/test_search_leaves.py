@@ -548,3 +548,7 @@ async def test_a_built_state_names_the_opponents_strongest_attack_on_our_active(
     async with LeafHub() as hub:
         (built,) = await hub.build("atk", "gen4randombattle", [state(side("us", [JOLTEON]), side("them", [GYARADOS]))])
         assert built.attack == "move 2", built  # Earthquake (2x on Jolteon) over STAB Waterfall
+        gengar = mon("Gengar", "Levitate", "Life Orb", ["Shadow Ball", "Focus Blast", "Thunderbolt", "Sludge Bomb"])
+        snorlax = mon("Snorlax", "Thick Fat", "Leftovers", ["Body Slam", "Return", "Curse", "Rest"])
+        (built,) = await hub.build("none", "gen4randombattle", [state(side("us", [gengar]), side("them", [snorlax]))])
+        assert built.attack == "", built  # no attack touches a Ghost: no reply is modelled

@@ -430,13 +430,15 @@ async def test_a_decision_with_one_choice_plays_it_without_a_search():
 def test_eval_baseline_takes_baselines_and_refuses_the_rest_in_one_line():
     against = opponents.eval_list("heuristics,random")
     opponents.baseline_player("search", against, "gen4randombattle,gen9randombattle", False)
-    opponents.baseline_player("heuristics", against, "gen9randomdoublesbattle", False)
+    opponents.baseline_player("heuristics", opponents.eval_list("random"), "gen9randomdoublesbattle", False)
     with pytest.raises(UserError, match="--baseline must be one of"):
         opponents.baseline_player("self", against, "gen4randombattle", False)
     with pytest.raises(UserError, match="is the search player"):
         opponents.baseline_player("search", against, "gen4randombattle", True)
     with pytest.raises(UserError, match="singles only"):
         opponents.baseline_player("search", against, "gen4randombattle,gen9randomdoublesbattle", False)
+    with pytest.raises(UserError, match="against itself"):
+        opponents.baseline_player("heuristics", against, "gen4randombattle", False)
     with pytest.raises(UserError, match="plays baselines only"):
         opponents.baseline_player("search", [opponents.played("runs/x.pt")], "gen4randombattle", False)
 

@@ -142,11 +142,11 @@ class Match:
 
 def start_agents(agents: list[Agent], players: list, timeout_s: float) -> Optional[asyncio.Task]:
     """Start the agents' batchers and a :func:`watchdog` over the players' battles; returns
-    the watchdog's task (None without agents)."""
+    the watchdog's task (None without players)."""
     for a in agents:
         a.closing = False
         a.batcher.start()
-    if not agents:
+    if not players:
         return None
     return asyncio.get_running_loop().create_task(
         watchdog(agents, players, timeout_s, period_s=min(5.0, timeout_s / 4)), name="maple-watchdog")
@@ -175,8 +175,9 @@ def silent_battles(agents: list[Agent], players: list, timeout_s: float, now: fl
     """The battles of ``players`` that Showdown left silent for ``timeout_s``: tag -> the
     ``(agent, key)`` of its live sides. Silent: no side of it (in any of ``agents``) has a
     decision pending here, and no request came nor answer went for the timeout. A battle
-    with no live side at all (its handling failed before a first decision) is silent once
-    it stayed so since ``orphans[tag]`` for the timeout. Returns also the new ``orphans``."""
+    with no live side at all (its handling failed before a first decision, or a baseline
+    plays both sides) is silent once it stayed on one turn for the timeout: ``orphans[tag]``
+    is (since when, that turn). Returns also the new ``orphans``."""
     last: dict = {}  # tag -> its latest request or answer; None while a decision is pending
     sides: dict = {}
     for agent in agents:
@@ -191,8 +192,10 @@ def silent_battles(agents: list[Agent], players: list, timeout_s: float, now: fl
     for p in players:
         for tag, battle in p.battles.items():
             if tag not in last and not battle.finished:
-                seen[tag] = orphans.get(tag, now)
-                if now - seen[tag] > timeout_s:
+                turn = getattr(battle, "turn", 0)
+                since, then = orphans.get(tag, (now, turn))
+                seen[tag] = (since if turn == then else now, turn)  # a baseline's battle moving on
+                if now - seen[tag][0] > timeout_s:
                     silent[tag] = []
     return silent, seen
 
@@ -214,7 +217,7 @@ async def watchdog(agents: list[Agent], players: list, timeout_s: float, period_
                 if key in agent.live:
                     agent.abandon(key)
             if tag in orphans:
-                orphans[tag] = now  # forfeited: again only if it is still there a timeout later
+                orphans[tag] = (now, orphans[tag][1])  # forfeited: again only if still there a timeout later
             for p in holders:
                 try:
                     await p.ps_client.send_message("/forfeit", tag)

@@ -388,9 +388,12 @@ def typechange(side: str, name: str, proto: Protocol, since: int) -> dict:
     if len(m) < 5 or not m[4] or m[4].startswith("["):
         raise Refusal("volatile:typechange", f"{name}: no type named")
     out: dict = {"types": m[4].split("/")}
-    by = next((p.split(":", 1)[1] for p in m[5:] if p.startswith("[from] ability:")), None)
-    if by:
-        out["ability"] = to_id(by)
+    # Protean / Libero stay spent after a later change by a move (Soak, Burn Up)
+    for e in proto.events[since + 1:]:
+        if e[1] == "-start" and proto.mine(e, side, name) and len(e) > 3 and to_id(e[3]) == "typechange":
+            by = next((to_id(p.split(":", 1)[1]) for p in e[5:] if p.startswith("[from] ability:")), None)
+            if by in ("protean", "libero"):
+                out["ability"] = by
     return out
 
 
@@ -429,10 +432,11 @@ def side_conditions(conditions: dict, side: str, battle, proto: Protocol) -> dic
 FUTURE_MOVES = {"futuresight", "doomdesire"}
 
 
-def future_moves(proto: Protocol) -> dict:
+def future_moves(proto: Protocol, gen: int) -> dict:
     """The Future Sight / Doom Desire on its way to each side ('-start|p2a: Slowking|move: Future
     Sight'): side -> {"move", "source": [side, name], "residuals": the turn ends left before it
-    hits (it hits at the third after its use)}; one that hit ('-end' on the slot) is gone."""
+    hits (it hits at the third after its use)}; one that hit ('-end' on the slot) is gone. Gens
+    2-4 fixed its damage at use, against that turn's target: refused (``future_move``)."""
     out: dict = {}
     for i, m in enumerate(proto.events):
         if m[1] != "-start" or len(m) < 4 or to_id(m[3]).removeprefix("move") not in FUTURE_MOVES:
@@ -447,6 +451,8 @@ def future_moves(proto: Protocol) -> dict:
             out[target] = {"move": move, "source": [side, name], "residuals": left}
         else:
             out.pop(target, None)
+    if out and gen <= 4:
+        raise Refusal("future_move", ", ".join(f["move"] for f in out.values()))
     return out
 
 
@@ -647,7 +653,7 @@ async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches
         raise
     role, opp = battle.player_role, battle.opponent_role
     base_field = field_state(battle, proto)
-    futures = future_moves(proto)
+    futures = future_moves(proto, battle.gen)
     residual = residual_pending(battle, request, proto)
     states = []
     for j, team in enumerate(teams):

@@ -4,7 +4,7 @@
 // Newline-delimited JSON both ways; every request carries an "id" its answer repeats.
 //   {"id", "op": "build", "decision", "format", "us": "p1"|"p2", "states": [STATE, ...]}
 //     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...],
-//         "attack": their strongest attack on our active (STRONGEST below)}]}
+//         "attack": their strongest attack on our active (STRONGEST below), "" where none scores}]}
 //   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...],
 //    "keep": bool}
 //     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value", "kept"} | {"error"}]}
@@ -622,8 +622,9 @@ function reorder(team, active) {
 
 const WEATHER_FORMES = new Set(['forecast', 'flowergift', 'mimicry']);
 
-// A Future Sight / Doom Desire on its way to this side's slot, set by the move's own onTry (the
-// generation's: gens 2-4 fix its damage at use), hitting after f.residuals more turn ends.
+// A Future Sight / Doom Desire on its way to this side's slot, set by the move's own onTry,
+// hitting after f.residuals more turn ends (gens 5+: gens 2-4 fix its damage at use, which a
+// state built later cannot know; the caller refuses them).
 function futureMove(battle, side, f, foeOrder, residualToCome) {
   const move = battle.dex.moves.get(f.move);
   need(['futuresight', 'doomdesire'].includes(move.id) && move.onTry, `no future move '${f.move}'`);
@@ -722,7 +723,7 @@ function build(msg) {
         request: battle.sides[usIndex].activeRequest,
         ours: legalChoices(battle.sides[usIndex]),
         theirs: legalChoices(battle.sides[1 - usIndex]),
-        attack: strongest(battle, battle.sides[1 - usIndex], battle.sides[usIndex]),
+        attack: strongest(battle, battle.sides[1 - usIndex], battle.sides[usIndex], ''),
       });
     } catch (err) {
       throw new BadRequest(`state ${k}: ${err.message}`);
@@ -837,14 +838,15 @@ const ABSORBS = {
 // Moves STRONGEST passes over: they faint the user, or fail after its first turn in.
 const NOT_AIMED = new Set(['explosion', 'selfdestruct', 'memento', 'finalgambit', 'mistyexplosion', 'fakeout', 'firstimpression']);
 
-// STRONGEST (above) for SIDE against FOE's active.
-function strongest(battle, side, foe) {
+// STRONGEST (above) for SIDE against FOE's active; where no attack scores (all immune, status
+// moves alone, a switch to make), ORELSE, by default its first choice.
+function strongest(battle, side, foe, orElse = undefined) {
   const choices = legalChoices(side);
   const req = side.activeRequest;
-  if (choices[0] === WAIT || req.forceSwitch) return choices[0];
+  if (choices[0] === WAIT || req.forceSwitch) return orElse === undefined ? choices[0] : orElse;
   const me = side.active[0];
   const target = foe.active[0];
-  let best = choices[0];
+  let best = orElse === undefined ? choices[0] : orElse;
   let top = 0;
   req.active[0].moves.forEach((entry, i) => {
     const choice = `move ${i + 1}`;

@@ -256,10 +256,12 @@ async def run_baseline_eval(cfg, name: str, opponents: list[Opponent], n_battles
     player with the config's ``search`` keys) against each baseline, in every format of the
     config; rows, ratings and JSON as :func:`run_eval` prints them."""
     from ..pokeenv.players import fast_kwargs
+    from ..run.process import setup_process
     from ..showdown import showdown_for
     from ..teams import for_config
     if replays_dir:
         raise UserError("--replays records a network's battles; --baseline has none")
+    setup_process(cfg)  # runner.seed and the process's settings, as run_eval
     table = EvalTable()
     quiet = json_path == "-"
     names = config_mod.formats(cfg.runner.battle_format)
