@@ -46,6 +46,13 @@ class EvalResult:
     def line(self) -> str:
         return f"[eval] vs {self.opponent}: {self.summary()}"
 
+    @classmethod
+    def of(cls, label: str, results: dict, seconds: float, search=None) -> "EvalResult":
+        """From a match's won/lost/tied counts and, where a side searched, its counters."""
+        r = results
+        return cls(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds,
+                   note=search.line() if search is not None else "")
+
 
 async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, *,
                    batcher_cfg, concurrency: int = 32, battle_format: str = "gen9randombattle",
@@ -75,10 +82,8 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
         await match.close(close_batchers=True)
         if hasattr(agent, "close_search"):
             await agent.close_search()
-    r = match.results
     search = getattr(match.opponent, "search_stats", None) or getattr(agent, "search_stats", None)
-    return EvalResult(label, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds,
-                      note=search.line() if search is not None else "")
+    return EvalResult.of(label, match.results, seconds, search)
 
 
 def opponent_side(opponent: Opponent, device, greedy: bool, battle_format: str):
@@ -143,6 +148,14 @@ class EvalTable:
         player, r, label = self.results[i]
         return f"[eval] {player} vs {r.opponent} ({label}): {r.summary()}"
 
+    def add(self, player: str, res: EvalResult, label: str, quiet: bool, who: str) -> None:
+        """Record a result; unless ``quiet``, print its row and any search counters (as ``who``'s)."""
+        self.results.append((player, res, label))
+        if not quiet:
+            print(self.row(-1), flush=True)
+            if res.note:
+                print(f"[eval] {who}: {res.note}", flush=True)
+
     def lines(self) -> list[str]:
         return [self.row(i) for i in range(len(self.results))] + self.summary()
 
@@ -202,11 +215,7 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
                                      opponent_label=opp.spec,
                                      battle_options=fast_kwargs(cfg.runner),
                                      battle_timeout_s=cfg.runner.battle_timeout_s, teams=for_config(cfg))
-                table.results.append((me.name, res, "outside policy"))
-                if not quiet:
-                    print(table.row(-1), flush=True)
-                    if res.note:
-                        print(f"[eval] {res.opponent}: {res.note}", flush=True)
+                table.add(me.name, res, "outside policy", quiet, res.opponent)
         if not quiet:
             print("\n".join(table.summary()), flush=True)
         return table
@@ -277,15 +286,8 @@ async def run_baseline_eval(cfg, name: str, opponents: list[Opponent], n_battles
                     seconds = await match.play(n_battles)
                 finally:
                     await match.close()  # closes the search player's leaf process too
-                r = match.results
-                stats = getattr(match.me, "search_stats", None)
-                res = EvalResult(o.spec, r["won"] + r["lost"] + r["tied"], r["won"], r["lost"], r["tied"], seconds,
-                                 note=stats.line() if stats is not None else "")
-                table.results.append((name + tag, res, "no network"))
-                if not quiet:
-                    print(table.row(-1), flush=True)
-                    if res.note:
-                        print(f"[eval] {name}: {res.note}", flush=True)
+                res = EvalResult.of(o.spec, match.results, seconds, getattr(match.me, "search_stats", None))
+                table.add(name + tag, res, "no network", quiet, name)
     _finish(table, json_path, None)
     return 0
 
@@ -353,10 +355,6 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
                     label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
                     tag = "" if len(names) == 1 else f" [{fmt}]"  # each format's players apart
                     res.opponent += tag if not isinstance(side, str) else ""  # baselines keep one name
-                    table.results.append((short[c] + tag, res, label))
-                    if not quiet:
-                        print(table.row(-1), flush=True)
-                        if res.note:
-                            print(f"[eval] {res.opponent}: {res.note}", flush=True)
+                    table.add(short[c] + tag, res, label, quiet, res.opponent)
     _finish(table, json_path, replays)
     return 0
