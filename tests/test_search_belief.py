@@ -375,3 +375,17 @@ def test_a_future_sight_on_its_way_counts_the_turn_ends_left_until_it_hits():
     with pytest.raises(Refusal) as r:
         belief.future_moves(belief.Protocol(FakeReplay(ours)), 4)
     assert r.value.reason == "future_move"
+
+
+def test_heal_block_from_psychic_noise_lasts_two_turn_ends_and_the_move_s_is_refused():
+    lines = ["|switch|p1a: Blissey|Blissey|100/100", "|turn|4", "|move|p2a: Indeedee|Psychic Noise|p1a: Blissey",
+             "|-damage|p1a: Blissey|80/100", "|-start|p1a: Blissey|move: Heal Block", "|upkeep|", "|turn|5"]
+    mon = _active("blissey", "HEAL_BLOCK")
+    assert belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(lines)), 9) == {"healblock": {"duration": 1}}
+    # a second Psychic Noise the next turn does not renew it (no second '-start')
+    again = lines + ["|move|p2a: Indeedee|Psychic Noise|p1a: Blissey", "|-damage|p1a: Blissey|60/100"]
+    assert belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(again)), 9) == {"healblock": {"duration": 1}}
+    move = [x.replace("Psychic Noise", "Heal Block") for x in lines]
+    with pytest.raises(Refusal) as r:
+        belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(move)), 7)
+    assert r.value.reason == "volatile:heal_block"

@@ -552,3 +552,16 @@ async def test_a_built_state_names_the_opponents_strongest_attack_on_our_active(
         snorlax = mon("Snorlax", "Thick Fat", "Leftovers", ["Body Slam", "Return", "Curse", "Rest"])
         (built,) = await hub.build("none", "gen4randombattle", [state(side("us", [gengar]), side("them", [snorlax]))])
         assert built.attack == "", built  # no attack touches a Ghost: no reply is modelled
+
+
+async def test_heal_block_disables_our_healing_move_and_ends_after_its_turns():
+    blissey = mon("Blissey", "Natural Cure", "Leftovers", ["Soft-Boiled", "Seismic Toss", "Toxic", "Thunder Wave"],
+                  tera="Fairy")
+    async with LeafHub() as hub:
+        (built,) = await hub.build("hb", "gen9randombattle", [state(
+            side("us", [blissey], [{"hpFraction": 0.5, "volatiles": {"healblock": {"duration": 1}}}]),
+            side("them", [GYARADOS]))])
+        assert [m.get("disabled", False) for m in built.request["active"][0]["moves"]] == [True, False, False, False]
+        (leaf,) = await hub.leaves("hb", [(0, "move 2", "move 3", SEEDS[0])])
+        assert leaf.error is None, leaf.error
+        assert "|-end|p1a: Blissey|move: Heal Block" in leaf.lines, leaf.lines

@@ -331,6 +331,9 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
             if i > since and not proto.count(lambda m: m[1] in ("move", "cant") and proto.mine(m, side, name), i):
                 out["glaiverush"] = {}
             continue
+        if effect == Effect.HEAL_BLOCK:
+            out["healblock"] = psychic_noise(side, name, proto, since)
+            continue
         if effect == Effect.TYPECHANGE:
             out["typechange"] = typechange(side, name, proto, since)
             continue
@@ -377,6 +380,19 @@ def paradox(label: str, side: str, name: str, proto: Protocol, since: int) -> Op
     if j > since and "[fromitem]" in proto.events[j][4:]:
         fields["fromBooster"] = True
     return fields
+
+
+def psychic_noise(side: str, name: str, proto: Protocol, since: int) -> dict:
+    """Heal Block from Psychic Noise (gen 9's only source): two turn ends from its start (a second
+    Psychic Noise does not renew it). The Heal Block move (5 turns, or 7: Persistent) is refused."""
+    i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]) == "movehealblock")
+    j = proto.last(lambda m: m[1] == "move", before=i) if i > since else -1
+    if j < 0 or to_id(proto.events[j][3]) != "psychicnoise":
+        raise Refusal("volatile:heal_block", f"{name}: not from Psychic Noise")
+    left = 2 - proto.turns_since(i)
+    if left <= 0:
+        raise Refusal("volatile:heal_block", f"{name}: outlasted its two turns")
+    return {"duration": left}
 
 
 def typechange(side: str, name: str, proto: Protocol, since: int) -> dict:
