@@ -399,18 +399,16 @@ def typechange(side: str, name: str, proto: Protocol, since: int) -> dict:
     """'-start|p2a: Greninja|typechange|Water|[from] ability: Protean': the types it has now, and
     the ability that changed them (spent until its next switch-in in gen 9); Reflect Type names
     no type ('-start|...|typechange|[from] move: Reflect Type|[of] ...'): refused."""
-    i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]) == "typechange")
-    m = proto.events[i] if i > since else []
-    if len(m) < 5 or not m[4] or m[4].startswith("["):
-        raise Refusal("volatile:typechange", f"{name}: no type named")
-    out: dict = {"types": m[4].split("/")}
-    # Protean / Libero stay spent after a later change by a move (Soak, Burn Up)
+    m: list = []
+    spent = None  # Protean / Libero stay spent after a later change by a move (Soak, Burn Up)
     for e in proto.events[since + 1:]:
         if e[1] == "-start" and proto.mine(e, side, name) and len(e) > 3 and to_id(e[3]) == "typechange":
+            m = e
             by = next((to_id(p.split(":", 1)[1]) for p in e[5:] if p.startswith("[from] ability:")), None)
-            if by in ("protean", "libero"):
-                out["ability"] = by
-    return out
+            spent = by if by in ("protean", "libero") else spent
+    if len(m) < 5 or not m[4] or m[4].startswith("["):
+        raise Refusal("volatile:typechange", f"{name}: no type named")
+    return {"types": m[4].split("/"), **({"ability": spent} if spent else {})}
 
 
 def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:
@@ -455,12 +453,12 @@ def future_moves(proto: Protocol, gen: int) -> dict:
     2-4 fixed its damage at use, against that turn's target: refused (``future_move``)."""
     out: dict = {}
     for i, m in enumerate(proto.events):
-        if m[1] != "-start" or len(m) < 4 or to_id(m[3]).removeprefix("move") not in FUTURE_MOVES:
+        move = to_id(m[3]).removeprefix("move") if m[1] == "-start" and len(m) > 3 else ""
+        if move not in FUTURE_MOVES:
             continue
         side, name = proto.who(m[2])
         target = "p2" if side == "p1" else "p1"
         left = 3 - proto.count(lambda e: e[1] == "upkeep", i)
-        move = to_id(m[3]).removeprefix("move")
         hit = proto.count(lambda e: e[1] == "-end" and e[2].startswith(target) and len(e) > 3
                           and to_id(e[3]).removeprefix("move") == move, i)
         if left > 0 and not hit:

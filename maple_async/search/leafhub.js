@@ -842,11 +842,12 @@ const NOT_AIMED = new Set(['explosion', 'selfdestruct', 'memento', 'finalgambit'
 // moves alone, a switch to make), ORELSE, by default its first choice.
 function strongest(battle, side, foe, orElse = undefined) {
   const choices = legalChoices(side);
+  const fallback = orElse === undefined ? choices[0] : orElse;
   const req = side.activeRequest;
-  if (choices[0] === WAIT || req.forceSwitch) return orElse === undefined ? choices[0] : orElse;
+  if (choices[0] === WAIT || req.forceSwitch) return fallback;
   const me = side.active[0];
   const target = foe.active[0];
-  let best = orElse === undefined ? choices[0] : orElse;
+  let best = fallback;
   let top = 0;
   req.active[0].moves.forEach((entry, i) => {
     const choice = `move ${i + 1}`;
