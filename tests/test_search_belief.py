@@ -11,7 +11,7 @@ import asyncio
 import shutil
 
 import pytest
-from poke_env.player import RandomPlayer
+from poke_env.player import MaxBasePowerPlayer, RandomPlayer
 
 from maple_async.pokeenv.players import player_kwargs, run_id
 from maple_async.search import belief
@@ -389,3 +389,84 @@ def test_heal_block_from_psychic_noise_lasts_two_turn_ends_and_the_move_s_is_ref
     with pytest.raises(Refusal) as r:
         belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(move)), 7)
     assert r.value.reason == "volatile:heal_block"
+
+
+def test_an_outrage_lock_carries_its_uses_and_ends_or_is_refused_by_the_protocol():
+    start = ["|switch|p2a: Garchomp|Garchomp, L80|100/100", "|turn|4",
+             "|move|p2a: Garchomp|Outrage|p1a: Blissey", "|-damage|p1a: Blissey|60/100", "|upkeep|", "|turn|5"]
+    again = start + ["|move|p2a: Garchomp|Outrage|p1a: Blissey|[from] lockedmove", "|-damage|p1a: Blissey|20/100",
+                     "|upkeep|", "|turn|6"]
+
+    def lock(lines, gen=9, status=""):
+        proto = belief.Protocol(FakeReplay(lines))
+        i = proto.last(lambda m: m[1] == "move" and proto.mine(m, "p2", "Garchomp"))
+        return belief.locked_move(proto, i, gen, status)
+
+    assert lock(start) == {"move": "outrage", "used": 1}
+    assert lock(again) == {"move": "outrage", "used": 2}
+    assert lock(start, gen=4) == {"move": "outrage", "used": 1}
+    # over: its fatigue's confusion, or asleep at the turn's end
+    assert lock(again[:-2] + ["|-start|p2a: Garchomp|confusion|[fatigue]", "|upkeep|", "|turn|6"]) is None
+    assert lock(start, status="slp") is None
+    refused = [start[:3] + ["|-miss|p2a: Garchomp|p1a: Blissey"] + start[4:],
+               start[:2] + ["|move|p2a: Garchomp|Outrage|p1a: Blissey|[miss]"] + start[4:],
+               start[:3] + ["|-activate|p1a: Blissey|move: Protect"] + start[4:],
+               start[:2] + ["|move|p2a: Garchomp|Outrage|p1a: Blissey|[from]move: Metronome"] + start[3:],
+               [x.replace("Outrage", "Rollout") for x in start]]
+    for lines in refused:
+        with pytest.raises(Refusal) as r:
+            lock(lines)
+        assert r.value.reason == "locked_move", lines
+    with pytest.raises(Refusal):
+        lock(start, gen=2)
+
+
+class LockTruth(MaxBasePowerPlayer):
+    """Plays the strongest move (Outrage often); at each decision compares the lock the sampled
+    state carries with the opponent's own request of the same round (one move, no PP shown)."""
+
+    def __init__(self, hub, **kw):
+        super().__init__(**kw)
+        self.hub = hub
+        self.foe = None
+        self.carried = self.missed = 0
+        self.wrong = []
+
+    async def choose_move(self, battle):
+        req = battle.last_request
+        if req.get("forceSwitch"):
+            return super().choose_move(battle)
+        # Showdown numbers each side's request in turn: p1's round n, p2's n + 1
+        want = req.get("rqid", 0) + (1 if battle.player_role == "p1" else -1)
+        theirs = self.foe.battles.get(battle.battle_tag)
+        for _ in range(200):
+            if theirs is not None and theirs.last_request.get("rqid") == want:
+                break
+            await asyncio.sleep(0.01)
+        if theirs is None or theirs.last_request.get("rqid") != want:
+            return super().choose_move(battle)
+        moves = (theirs.last_request.get("active") or [{}])[0].get("moves", [])
+        locked = len(moves) == 1 and "maxpp" not in moves[0] and moves[0]["id"] in belief.LOCKED_MOVE
+        try:
+            b = await sample_states(self.hub, battle, 1, seed=battle.turn)
+            side = b.states[0][battle.opponent_role]
+            carried = "lockedmove" in ((side["pokemon"][side["active"]] or {}).get("volatiles") or {})
+            self.carried += carried
+            if carried != locked:
+                self.wrong.append((battle.battle_tag, battle.turn, carried, locked))
+        except Refusal as r:
+            self.missed += locked and r.reason != "locked_move"
+        return super().choose_move(battle)
+
+
+async def test_a_lock_the_state_carries_is_the_opponent_s_own(showdown_url):
+    """Against the truth: the opponent's request shows its lock, the state must carry it."""
+    fmt = "gen4randombattle"
+    async with LeafHub() as hub:
+        tag = run_id()
+        me = LockTruth(hub, **player_kwargs(showdown_url, f"lkt{tag}a", 4, fmt))
+        them = MaxBasePowerPlayer(**player_kwargs(showdown_url, f"lkt{tag}b", 4, fmt))
+        me.foe = them
+        await asyncio.wait_for(me.battle_against(them, n_battles=30), 600)
+        assert not me.wrong, me.wrong[:5]
+        assert me.carried >= 1, (me.carried, me.missed)  # 30 battles of max power with no lock: unlikely

@@ -565,3 +565,24 @@ async def test_heal_block_disables_our_healing_move_and_ends_after_its_turns():
         (leaf,) = await hub.leaves("hb", [(0, "move 2", "move 3", SEEDS[0])])
         assert leaf.error is None, leaf.error
         assert "|-end|p1a: Blissey|move: Heal Block" in leaf.lines, leaf.lines
+
+
+@pytest.mark.parametrize("fmt", GENS)
+async def test_an_opponent_locked_into_outrage_has_no_other_choice_and_tires_by_the_rule(fmt):
+    async with LeafHub() as hub:
+        tired = {}
+        for used in (1, 2):
+            for s in range(8):
+                them = side("them", [GARCHOMP], [{"volatiles": {"lockedmove": {"move": "outrage", "used": used}}}])
+                (built,) = await hub.build(f"lock{used}{s}", fmt, [state(side("us", [SKARMORY]), them, seed=(s, 2, 3, 4))])
+                assert {c.split()[:2] == ["move", "1"] for c in built.theirs} == {True}, built.theirs  # no switch
+                (leaf,) = await hub.leaves(f"lock{used}{s}", [(0, "move 2", built.theirs[0], SEEDS[0])])
+                assert leaf.error is None, leaf.error
+                assert "|move|p2a: Garchomp|Outrage|p1a: Skarmory|[from] lockedmove" in leaf.lines, leaf.lines
+                tired.setdefault(used, set()).add("|-start|p2a: Garchomp|confusion|[fatigue]" in leaf.lines)
+        # after two turns a lock is in its third and last; after one, in its second of two or of three
+        assert tired == {1: {True, False}, 2: {True}}, tired
+    with pytest.raises(LeafRequestError):
+        async with LeafHub() as hub:
+            them = side("them", [GARCHOMP], [{"volatiles": {"lockedmove": {"move": "outrage", "used": 3}}}])
+            await hub.build("lock3", "gen9randombattle", [state(side("us", [SKARMORY]), them)])

@@ -36,8 +36,12 @@ from .leaves import BuiltState, LeafHub, LeafRequestError
 
 UNKNOWN_ITEM = "unknown_item"
 CHOICE_ITEMS = ("choiceband", "choicescarf", "choicespecs")
-# Moves that lock the user for 2-3 turns, unseen by poke-env: a state right after one is refused.
+# Moves that lock the user for 2-3 turns, unseen by poke-env: right after one the state carries
+# Showdown's lockedmove (LOCKED_MOVE's, gens 3-9), the rest are refused.
 LOCKING_MOVES = {"outrage", "petaldance", "thrash", "uproar", "rollout", "iceball", "ragingfury"}
+LOCKED_MOVE = {"outrage", "petaldance", "thrash", "ragingfury"}
+PROTECTS = {"protect", "detect", "kingsshield", "spikyshield", "banefulbunker", "silktrap", "obstruct",
+            "burningbulwark", "maxguard"}
 # poke-env effects a state sets, and how: a Showdown volatile id and its fields; "seen" is
 # filled in from the protocol (failed turns for confusion, turn ends for the others).
 VOLATILES = {
@@ -395,6 +399,40 @@ def psychic_noise(side: str, name: str, proto: Protocol, since: int) -> dict:
     return {"duration": left}
 
 
+def locked_move(proto: Protocol, i: int, gen: int, status: str) -> Optional[dict]:
+    """Outrage, Petal Dance, Thrash, Raging Fury at event ``i`` in the turn that ended: Showdown's
+    lockedmove lasts 2-3 turns, each use after the first marked '[from] lockedmove'; the move and
+    the uses in a row ({"move", "used"}: Node draws the length given them). None where it is over
+    (its fatigue's confusion, sleep). Refused: Uproar, Rollout, Ice Ball (locks of their own),
+    gens 1-2's rules, a lock begun by another move (Metronome, Dancer), a last use that missed or
+    was blocked (which may end it early)."""
+    m = proto.events[i]
+    side, name = proto.who(m[2])
+    move = to_id(m[3])
+    if move not in LOCKED_MOVE or gen < 3:
+        raise Refusal("locked_move", f"{name}: {move}")
+    end = next((j for j in range(i + 1, len(proto.events))
+                if proto.events[j][1] in ("move", "cant", "upkeep", "turn", "switch", "drag")), len(proto.events))
+    for e in proto.events[i + 1:end]:
+        if e[1] in ("-miss", "-immune", "-fail") or (
+                e[1] == "-activate" and len(e) > 3 and to_id(e[3].split(": ")[-1]) in PROTECTS):
+            raise Refusal("locked_move", f"{name}: its last {move} did not connect")
+    if any(p.startswith("[") and to_id(p) != "fromlockedmove" for p in m[4:]):  # [miss], [from]move: Metronome
+        raise Refusal("locked_move", f"{name}: {' '.join(m[4:])}")
+    if status == "slp" or proto.count(lambda e: e[1] == "-start" and proto.mine(e, side, name)
+                                      and to_id(e[3]) == "confusion" and "[fatigue]" in e[4:], i):
+        return None
+    used, j = 1, i
+    while any(to_id(p) == "fromlockedmove" for p in proto.events[j][4:]):
+        used += 1
+        j = proto.last(lambda e: e[1] == "move" and proto.mine(e, side, name), before=j)
+        if j < 0 or to_id(proto.events[j][3]) != move:
+            raise Refusal("locked_move", f"{name}: a lock with no start")
+    if used > 2:  # three uses end it (its fatigue not seen): not a state Showdown leaves
+        raise Refusal("locked_move", f"{name}: {used} uses")
+    return {"move": move, "used": used}
+
+
 def typechange(side: str, name: str, proto: Protocol, since: int) -> dict:
     """'-start|p2a: Greninja|typechange|Water|[from] ability: Protean': the types it has now, and
     the ability that changed them (spent until its next switch-in in gen 9); Reflect Type names
@@ -548,10 +586,12 @@ def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dic
         if ability:
             patch["abilityState"] = ability
         last = last_move(proto, role, name)
-        if last in LOCKING_MOVES:
-            i = proto.last(lambda m: m[1] == "move" and proto.mine(m, role, name))
-            if proto.turns_since(i) <= 1:
-                raise Refusal("locked_move", name)
+        i = proto.last(lambda m: m[1] == "move" and proto.mine(m, role, name))
+        if i > proto.switched_in(role, name) and proto.turns_since(i) <= 1 \
+                and to_id(proto.events[i][3]) in LOCKING_MOVES:
+            lock = locked_move(proto, i, battle.gen, status)
+            if lock:
+                patch["volatiles"]["lockedmove"] = lock
         if to_id(set_.get("item", "")) in CHOICE_ITEMS and last and "item" not in patch:
             patch["volatiles"]["choicelock"] = {"move": last}
     return patch

@@ -48,7 +48,8 @@
 // takes its duration from the rule (Light Clay, Damp Rock: the source's item) less n.
 // "weatherSource"/"terrainSource" = {"side", "index", "by": "ability" | "move"}: the weather is
 // set as its source set it (gen 3-5 ability weather lasts), then "weatherElapsed" turns pass.
-// A volatile's {"uses": n} on stall: Protect's counter after n uses in a row.
+// A volatile's {"uses": n} on stall: Protect's counter after n uses in a row. "lockedmove":
+// {"move", "used": n} (Outrage, ... n turns in a row): the 2-3 turns drawn by its rule given n.
 // KNOWN = {"species", "level", "gender", "moves": [id, ...], "item": id | "" (gone) | null
 //          (unknown), "ability": id | null, "tera": type | null}: the revealed facts of one
 //          Pokémon of the opponent. Each known Pokémon's set is drawn by the format's generator
@@ -156,6 +157,17 @@ function drawn(battle, effect, target, fields, seen, source, start) {
   throw new BadRequest(`${effect.id}: no draw of its timer outlasts ${seen} turns seen`);
 }
 
+// Outrage's lock after "used" turns in a row: Showdown draws 2-3 turns (trueDuration) at its
+// start and counts one down at each turn's end; between turns its duration is 1 (a use renews
+// it to 2 while two turns are left). The draw is kept only where it outlasts the uses.
+function lockedMove(battle, pokemon, {move, used}) {
+  const id = battle.dex.moves.get(move).id;
+  need(id && Number.isInteger(used) && used >= 1 && used <= 2, `lockedmove {move: ${move}, used: ${used}}`);
+  let total = battle.random(2, 4);
+  while (total <= used) total = battle.random(2, 4);
+  return effectState(battle, 'lockedmove', pokemon, {move: id, duration: 1, trueDuration: total - used});
+}
+
 function condition(battle, id, what) {
   const effect = battle.dex.conditions.get(id);
   need(effect.exists, `unknown ${what} '${id}'`);
@@ -236,6 +248,8 @@ function patchPokemon(battle, pokemon, p) {
     const vid = condition(battle, id, 'volatile');
     if (fields === null) {
       delete pokemon.volatiles[vid];
+    } else if (vid === 'lockedmove') {
+      pokemon.volatiles[vid] = lockedMove(battle, pokemon, fields);
     } else if (fields.seen !== undefined) {
       pokemon.volatiles[vid] = drawn(battle, battle.dex.conditions.get(vid), pokemon, fields, fields.seen,
         pokemon.side.foe.active[0], true);
