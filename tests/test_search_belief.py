@@ -188,9 +188,27 @@ class FakeOpponents:
                                             ("ditto", "ditto")])
 def test_an_opponent_that_disguises_or_transforms_is_refused(species, reason):
     battle = FakeOpponents(species)
+    for mon in battle.opponent_team.values():
+        mon._active = True
     with pytest.raises(Refusal) as r:
         belief.known_opponents(battle, belief.Protocol(battle))
     assert r.value.reason == reason
+
+
+def test_a_ditto_on_the_bench_is_a_plain_set_on_either_side():
+    from poke_env.battle import Pokemon
+    battle = FakeOpponents("ditto")  # not active: not transformed (poke-env undoes it on the switch out)
+    assert [k["species"] for k, *_ in belief.known_opponents(battle, belief.Protocol(battle))] == ["ditto"]
+    ditto = {"ident": "p1: Ditto", "details": "Ditto, L88", "condition": "200/200", "active": False,
+             "stats": {"atk": 100, "def": 100, "spa": 100, "spd": 100, "spe": 100}, "moves": ["transform"],
+             "baseAbility": "imposter", "item": "choicescarf"}
+    ours = FakeOpponents("pikachu")
+    ours.get_pokemon = lambda ident: Pokemon(gen=9, species="ditto")
+    ours.side_conditions, ours.player_username, ours.used_tera, ours.gen = {}, "us", False, 9
+    assert belief.our_side(ours, {"side": {"pokemon": [ditto]}}, belief.Protocol(ours))["team"][0]["species"] == "Ditto"
+    with pytest.raises(Refusal) as r:
+        belief.our_side(ours, {"side": {"pokemon": [{**ditto, "active": True}]}}, belief.Protocol(ours))
+    assert r.value.reason == "ditto"
 
 
 def test_our_zoroark_is_refused():
@@ -210,6 +228,9 @@ def test_a_transformed_active_is_refused():
     with pytest.raises(Refusal) as r:
         belief.volatiles(Pokemon(gen=4, species="mew"), "p2", "Mew", belief.Protocol(battle), 4)
     assert r.value.reason == "transform"
+    # its target keeps nothing of it: our Garchomp is searched once the Mew has gone
+    battle._replay_data[:0] = [["", "switch", "p1a: Garchomp", "Garchomp, L80", "100/100"]]
+    assert belief.volatiles(Pokemon(gen=4, species="garchomp"), "p1", "Garchomp", belief.Protocol(battle), 4) == {}
 
 
 def test_a_gen3_faint_before_the_residual_leaves_the_residual_to_come():

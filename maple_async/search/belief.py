@@ -199,7 +199,7 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
         name = p["ident"].split(": ", 1)[1]
         if to_id(det["species"]) in ILLUSION or to_id(p.get("baseAbility", "")) == "illusion":
             raise Refusal("illusion", f"our {name}")
-        if to_id(det["species"]) == "ditto":
+        if to_id(det["species"]) == "ditto" and p.get("active"):  # on the bench it is a plain set
             raise Refusal("ditto", f"our {name}")
         moves = [move_id(m) for m in p["moves"]]
         s = {"name": name, "species": det["species"], "level": det["level"], "gender": det["gender"],
@@ -315,7 +315,7 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
     """The Showdown volatiles of an active Pokémon from what poke-env tracks; refuses the rest."""
     since = proto.switched_in(side, name)
     for m in proto.events[since + 1:]:
-        if m[1] == "-transform" and (proto.mine(m, side, name) or proto.mine(m, side, name, 3)):
+        if m[1] == "-transform" and proto.mine(m, side, name):  # its target keeps nothing of it
             raise Refusal("transform", name)
         if m[1] == "-formechange" and proto.mine(m, side, name):
             raise Refusal("forme_change", f"{name} {m[3]}")
@@ -545,7 +545,7 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
         species = to_id(mon.species)
         if species in ILLUSION or mon.ability == "illusion":
             raise Refusal("illusion", f"their {name}")
-        if species == "ditto" or mon.ability == "imposter":
+        if (species == "ditto" or mon.ability == "imposter") and mon.active:  # transformed; benched, itself
             raise Refusal("ditto", f"their {name}")
         item = None if mon.item == UNKNOWN_ITEM else (mon.item or "")
         k = {"name": name, "species": species, "level": mon.level,
