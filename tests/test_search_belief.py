@@ -491,3 +491,22 @@ async def test_a_lock_the_state_carries_is_the_opponent_s_own(showdown_url):
         await asyncio.wait_for(me.battle_against(them, n_battles=30), 600)
         assert not me.wrong, me.wrong[:5]
         assert me.carried >= 1, (me.carried, me.missed)  # 30 battles of max power with no lock: unlikely
+
+
+def test_slow_start_counts_the_turn_ends_it_was_in_for_from_their_start():
+    lead = ["|switch|p2a: Regigigas|Regigigas, L84|100/100", "|-start|p2a: Regigigas|ability: Slow Start", "|turn|1"]
+    mon = _active("regigigas", "SLOW_START")
+
+    def state(lines):
+        return belief.ability_state(mon, "p2", "Regigigas", belief.Protocol(FakeReplay(lines)))
+
+    assert state(lead) == {"counter": 5}
+    assert state(lead + ["|upkeep|", "|turn|2", "|upkeep|", "|turn|3"]) == {"counter": 3}
+    # switched in during turn 4: that turn's end does not count (it was not in from the turn's start)
+    mid = ["|turn|4"] + lead[:2] + ["|upkeep|", "|turn|5"]
+    assert state(mid) == {"counter": 5}
+    assert state(mid + ["|upkeep|", "|turn|6"]) == {"counter": 4}
+    # its end: nothing left (a built start would begin it again at 5)
+    mon._effects = {}
+    assert state(mid + ["|upkeep|", "|-end|p2a: Regigigas|Slow Start", "|turn|6"]) == {"counter": 0}
+    assert state(["|switch|p2a: Snorlax|Snorlax|100/100", "|turn|1"]) is None

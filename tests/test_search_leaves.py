@@ -586,3 +586,14 @@ async def test_an_opponent_locked_into_outrage_has_no_other_choice_and_tires_by_
         async with LeafHub() as hub:
             them = side("them", [GARCHOMP], [{"volatiles": {"lockedmove": {"move": "outrage", "used": 3}}}])
             await hub.build("lock3", "gen9randombattle", [state(side("us", [SKARMORY]), them)])
+
+
+async def test_slow_start_keeps_the_turns_left_the_state_names():
+    gigas = mon("Regigigas", "Slow Start", "Leftovers", ["Body Slam", "Knock Off", "Substitute", "Protect"])
+    async with LeafHub() as hub:
+        for left, ends in ((1, True), (3, False), (0, False)):
+            us = side("us", [gigas], [{"abilityState": {"counter": left}}])
+            await hub.build(f"ss{left}", "gen4randombattle", [state(us, side("them", [SKARMORY]))])
+            (leaf,) = await hub.leaves(f"ss{left}", [(0, "move 4", "move 2", SEEDS[0])])
+            assert leaf.error is None, leaf.error
+            assert ("|-end|p1a: Regigigas|Slow Start" in leaf.lines) is ends, (left, leaf.lines)

@@ -70,9 +70,10 @@ PARADOX = {getattr(Effect, f"{name}{stat}"): label
            for stat in ("ATK", "DEF", "SPA", "SPD", "SPE")}
 PARADOX.update({Effect.QUARK_DRIVE: "quarkdrive", Effect.PROTOSYNTHESIS: "protosynthesis"})
 # Effects poke-env keeps that live in the ability's state, not a volatile (ability_state):
-# Supreme Overlord's activation and its '-start|fallenN'.
-ABILITY_STATES = {Effect.SUPREME_OVERLORD, Effect.FALLEN, Effect.FALLEN1, Effect.FALLEN2, Effect.FALLEN3,
-                  Effect.FALLEN4, Effect.FALLEN5}
+# Supreme Overlord's activation and its '-start|fallenN'; Slow Start's turns left.
+OVERLORD = {Effect.SUPREME_OVERLORD, Effect.FALLEN, Effect.FALLEN1, Effect.FALLEN2, Effect.FALLEN3,
+            Effect.FALLEN4, Effect.FALLEN5}
+ABILITY_STATES = OVERLORD | {Effect.SLOW_START}
 # Effects poke-env keeps that need nothing in the state (already in the species, the request,
 # or over by the next turn).
 IGNORED_EFFECTS = {getattr(Effect, n) for n in (
@@ -451,10 +452,32 @@ def typechange(side: str, name: str, proto: Protocol, since: int) -> dict:
 
 def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:
     """What an active Pokémon's ability counted that its state must carry: Supreme Overlord's
-    fallen allies ('-start|p1a: Kingambit|fallen3', the count it took at its switch-in)."""
-    if not ABILITY_STATES & set(mon.effects):
-        return None
+    fallen allies ('-start|p1a: Kingambit|fallen3', the count it took at its switch-in), Slow
+    Start's turns left ("counter")."""
     since = proto.switched_in(side, name)
+    out = slow_start(side, name, proto, since)
+    if OVERLORD & set(mon.effects):
+        out = {**(out or {}), **overlord(side, name, proto, since)}
+    return out
+
+
+def slow_start(side: str, name: str, proto: Protocol, since: int) -> Optional[dict]:
+    """Slow Start counts 5 turn ends from its switch-in's '-start', but not one it was in for
+    from the turn's start (its switch-in turn's, a gen 1-3 faint's switch before the residual);
+    its '-end' ends it (a built start would begin it afresh)."""
+    i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]) == "abilityslowstart")
+    if i <= since:
+        return None
+    if proto.last(lambda m: m[1] == "-end" and proto.mine(m, side, name) and to_id(m[3]) == "slowstart") > i:
+        return {"counter": 0}
+    later = proto.events[i + 1:]
+    ends = [j for j, m in enumerate(later) if m[1] == "upkeep"]
+    turn = next((j for j, m in enumerate(later) if m[1] == "turn"), len(later))
+    counted = len(ends) - (1 if ends and ends[0] < turn else 0)
+    return {"counter": max(5 - counted, 0)}
+
+
+def overlord(side: str, name: str, proto: Protocol, since: int) -> dict:
     i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]).startswith("fallen"))
     n = to_id(proto.events[i][3])[len("fallen"):] if i > since else ""
     if not n.isdigit():
