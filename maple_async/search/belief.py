@@ -400,26 +400,37 @@ def psychic_noise(side: str, name: str, proto: Protocol, since: int) -> dict:
     return {"duration": left}
 
 
-def locked_move(proto: Protocol, i: int, gen: int, status: str) -> Optional[dict]:
-    """Outrage, Petal Dance, Thrash, Raging Fury at event ``i`` in the turn that ended: Showdown's
-    lockedmove lasts 2-3 turns, each use after the first marked '[from] lockedmove'; the move and
-    the uses in a row ({"move", "used"}: Node draws the length given them). None where it is over
-    (its fatigue's confusion, sleep). Refused: Uproar, Rollout, Ice Ball (locks of their own),
-    gens 1-2's rules, a lock begun by another move (Metronome, Dancer), a last use that missed or
-    was blocked (which may end it early)."""
+def locked_move(proto: Protocol, i: int, gen: int, status: str, quiet: bool = False) -> Optional[dict]:
+    """Outrage, Petal Dance, Thrash, Raging Fury at event ``i``, the last move of the active
+    Pokémon: Showdown's lockedmove lasts 2-3 turns, each use after the first marked
+    '[from] lockedmove'; the move and the uses in a row ({"move", "used"}: Node draws the length
+    given them). None where it is over: its fatigue's confusion, sleep, a turn end since without
+    a use (a 'cant'). ``quiet``: a fatigue Showdown would add without a line (already confused,
+    Own Tempo, Misty Terrain, Safeguard), so two uses may have ended it: refused. Refused too:
+    Uproar, Rollout, Ice Ball (locks of their own), gens 1-2's rules, a gen 1-3 faint's switch
+    before the turn's residual, a lock begun by another move (Metronome, Dancer), a last use
+    that did not hit (a miss, Protect, an immunity, an absorbing ability: it may end the lock)."""
     m = proto.events[i]
     side, name = proto.who(m[2])
     move = to_id(m[3])
     if move not in LOCKED_MOVE or gen < 3:
         raise Refusal("locked_move", f"{name}: {move}")
-    end = next((j for j in range(i + 1, len(proto.events))
-                if proto.events[j][1] in ("move", "cant", "upkeep", "turn", "switch", "drag")), len(proto.events))
-    for e in proto.events[i + 1:end]:
-        if e[1] in ("-miss", "-immune", "-fail") or (
-                e[1] == "-activate" and len(e) > 3 and to_id(e[3].split(": ")[-1]) in PROTECTS):
-            raise Refusal("locked_move", f"{name}: its last {move} did not connect")
+    ends = proto.count(lambda e: e[1] == "upkeep", i)
+    if ends > 1:
+        return None
+    if ends == 0:
+        raise Refusal("locked_move", f"{name}: its turn's residual to come")
     if any(p.startswith("[") and to_id(p) != "fromlockedmove" for p in m[4:]):  # [miss], [from]move: Metronome
         raise Refusal("locked_move", f"{name}: {' '.join(m[4:])}")
+    end = next((j for j in range(i + 1, len(proto.events))
+                if proto.events[j][1] in ("move", "cant", "upkeep", "turn", "switch", "drag")), len(proto.events))
+    foe = "p1" if side == "p2" else "p2"
+    hit = any(len(e) > 2 and proto.who(e[2])[0] == foe and (
+        (e[1] == "-damage" and not any(p.startswith("[") for p in e[4:]))
+        or (e[1] in ("-activate", "-end") and len(e) > 3 and "substitute" in to_id(e[3])))
+        for e in proto.events[i + 1:end])
+    if not hit:
+        raise Refusal("locked_move", f"{name}: its last {move} did not hit")
     if status == "slp" or proto.count(lambda e: e[1] == "-start" and proto.mine(e, side, name)
                                       and to_id(e[3]) == "confusion" and "[fatigue]" in e[4:], i):
         return None
@@ -429,8 +440,8 @@ def locked_move(proto: Protocol, i: int, gen: int, status: str) -> Optional[dict
         j = proto.last(lambda e: e[1] == "move" and proto.mine(e, side, name), before=j)
         if j < 0 or to_id(proto.events[j][3]) != move:
             raise Refusal("locked_move", f"{name}: a lock with no start")
-    if used > 2:  # three uses end it (its fatigue not seen): not a state Showdown leaves
-        raise Refusal("locked_move", f"{name}: {used} uses")
+    if used > 2 or (used == 2 and quiet):  # its end may have come with no fatigue line
+        raise Refusal("locked_move", f"{name}: {used} uses, its fatigue not seen")
     return {"move": move, "used": used}
 
 
@@ -462,19 +473,18 @@ def ability_state(mon, side: str, name: str, proto: Protocol) -> Optional[dict]:
 
 
 def slow_start(side: str, name: str, proto: Protocol, since: int) -> Optional[dict]:
-    """Slow Start counts 5 turn ends from its switch-in's '-start', but not one it was in for
-    from the turn's start (its switch-in turn's, a gen 1-3 faint's switch before the residual);
-    its '-end' ends it (a built start would begin it afresh)."""
+    """Slow Start counts 5 turn ends from its '-start' (a switch-in's, or its ability's return),
+    but only those of turns it was in for from their start (not its switch-in turn's, nor a gen 1-3
+    faint's switch before the residual); its '-end' ends it (a built start would begin it afresh)."""
     i = proto.last(lambda m: m[1] == "-start" and proto.mine(m, side, name) and to_id(m[3]) == "abilityslowstart")
     if i <= since:
         return None
     if proto.last(lambda m: m[1] == "-end" and proto.mine(m, side, name) and to_id(m[3]) == "slowstart") > i:
         return {"counter": 0}
-    later = proto.events[i + 1:]
-    ends = [j for j, m in enumerate(later) if m[1] == "upkeep"]
-    turn = next((j for j, m in enumerate(later) if m[1] == "turn"), len(later))
-    counted = len(ends) - (1 if ends and ends[0] < turn else 0)
-    return {"counter": max(5 - counted, 0)}
+    ends = [j for j in range(i + 1, len(proto.events)) if proto.events[j][1] == "upkeep"]
+    # the first turn end counts where a turn began between its switch-in and it
+    entered_during = bool(ends) and not any(proto.events[j][1] == "turn" for j in range(since + 1, ends[0]))
+    return {"counter": max(5 - len(ends) + entered_during, 0)}
 
 
 def overlord(side: str, name: str, proto: Protocol, since: int) -> dict:
@@ -568,7 +578,7 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
         species = to_id(mon.species)
         if species in ILLUSION or mon.ability == "illusion":
             raise Refusal("illusion", f"their {name}")
-        if (species == "ditto" or mon.ability == "imposter") and mon.active:  # transformed; benched, itself
+        if (species == "ditto" or mon.ability == "imposter") and mon.active and not mon.fainted:  # transformed
             raise Refusal("ditto", f"their {name}")
         item = None if mon.item == UNKNOWN_ITEM else (mon.item or "")
         k = {"name": name, "species": species, "level": mon.level,
@@ -610,9 +620,11 @@ def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dic
             patch["abilityState"] = ability
         last = last_move(proto, role, name)
         i = proto.last(lambda m: m[1] == "move" and proto.mine(m, role, name))
-        if i > proto.switched_in(role, name) and proto.turns_since(i) <= 1 \
-                and to_id(proto.events[i][3]) in LOCKING_MOVES:
-            lock = locked_move(proto, i, battle.gen, status)
+        if i > proto.switched_in(role, name) and to_id(proto.events[i][3]) in LOCKING_MOVES:
+            quiet = (Effect.CONFUSION in mon.effects or mon.ability == "owntempo"
+                     or any(to_id(f.name) == "mistyterrain" for f in battle.fields)
+                     or SideCondition.SAFEGUARD in battle.opponent_side_conditions)
+            lock = locked_move(proto, i, battle.gen, status, quiet)
             if lock:
                 patch["volatiles"]["lockedmove"] = lock
         if to_id(set_.get("item", "")) in CHOICE_ITEMS and last and "item" not in patch:
