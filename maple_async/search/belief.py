@@ -40,8 +40,6 @@ CHOICE_ITEMS = ("choiceband", "choicescarf", "choicespecs")
 # Showdown's lockedmove (LOCKED_MOVE's, gens 3-9), the rest are refused.
 LOCKING_MOVES = {"outrage", "petaldance", "thrash", "uproar", "rollout", "iceball", "ragingfury"}
 LOCKED_MOVE = {"outrage", "petaldance", "thrash", "ragingfury"}
-PROTECTS = {"protect", "detect", "kingsshield", "spikyshield", "banefulbunker", "silktrap", "obstruct",
-            "burningbulwark", "maxguard"}
 # poke-env effects a state sets, and how: a Showdown volatile id and its fields; "seen" is
 # filled in from the protocol (failed turns for confusion, turn ends for the others).
 VOLATILES = {
