@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from poke_env.battle import DoubleBattle, Effect, SideCondition
+from poke_env.battle import DoubleBattle, Effect, Field, SideCondition
 
 from .leaves import BuiltState, LeafHub, LeafRequestError
 
@@ -167,6 +167,10 @@ class Protocol:
 
     def turns_since(self, i: int) -> int:
         return self.count(lambda m: m[1] == "turn", i)
+
+    def ends_since(self, i: int) -> int:
+        """Turn ends (residuals: '|upkeep|') after event ``i``."""
+        return self.count(lambda m: m[1] == "upkeep", i)
 
     def switched_in(self, side: str, name: str) -> int:
         return self.last(lambda m: m[1] in SWITCH_IN and self.who(m[2]) == (side, name))
@@ -413,20 +417,20 @@ def locked_move(proto: Protocol, i: int, gen: int, status: str, quiet: bool = Fa
     move = to_id(m[3])
     if move not in LOCKED_MOVE or gen < 3:
         raise Refusal("locked_move", f"{name}: {move}")
-    ends = proto.count(lambda e: e[1] == "upkeep", i)
+    ends = proto.ends_since(i)
     if ends > 1:
         return None
     if ends == 0:
         raise Refusal("locked_move", f"{name}: its turn's residual to come")
     if any(p.startswith("[") and to_id(p) != "fromlockedmove" for p in m[4:]):  # [miss], [from]move: Metronome
         raise Refusal("locked_move", f"{name}: {' '.join(m[4:])}")
-    end = next((j for j in range(i + 1, len(proto.events))
-                if proto.events[j][1] in ("move", "cant", "upkeep", "turn", "switch", "drag")), len(proto.events))
+    stop = next((j for j in range(i + 1, len(proto.events))
+                 if proto.events[j][1] in ("move", "cant", "upkeep", "turn", "switch", "drag")), len(proto.events))
     foe = "p1" if side == "p2" else "p2"
     hit = any(len(e) > 2 and proto.who(e[2])[0] == foe and (
         (e[1] == "-damage" and not any(p.startswith("[") for p in e[4:]))
         or (e[1] in ("-activate", "-end") and len(e) > 3 and "substitute" in to_id(e[3])))
-        for e in proto.events[i + 1:end])
+        for e in proto.events[i + 1:stop])
     if not hit:
         raise Refusal("locked_move", f"{name}: its last {move} did not hit")
     if status == "slp" or proto.count(lambda e: e[1] == "-start" and proto.mine(e, side, name)
@@ -527,7 +531,7 @@ def future_moves(proto: Protocol, gen: int) -> dict:
             continue
         side, name = proto.who(m[2])
         target = "p2" if side == "p1" else "p1"
-        left = 3 - proto.count(lambda e: e[1] == "upkeep", i)
+        left = 3 - proto.ends_since(i)
         hit = proto.count(lambda e: e[1] == "-end" and e[2].startswith(target) and len(e) > 3
                           and to_id(e[3]).removeprefix("move") == move, i)
         if left > 0 and not hit:
@@ -620,7 +624,7 @@ def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dic
         i = proto.last(lambda m: m[1] == "move" and proto.mine(m, role, name))
         if i > proto.switched_in(role, name) and to_id(proto.events[i][3]) in LOCKING_MOVES:
             quiet = (Effect.CONFUSION in mon.effects or mon.ability == "owntempo"
-                     or any(to_id(f.name) == "mistyterrain" for f in battle.fields)
+                     or Field.MISTY_TERRAIN in battle.fields
                      or SideCondition.SAFEGUARD in battle.opponent_side_conditions)
             lock = locked_move(proto, i, battle.gen, status, quiet)
             if lock:
@@ -717,7 +721,7 @@ def residual_pending(battle, request: dict, proto: Protocol) -> bool:
     if battle.gen > 3 or not request.get("forceSwitch"):
         return False
     turn = proto.last(lambda m: m[1] == "turn")
-    return proto.count(lambda m: m[1] == "upkeep", turn) == 0
+    return proto.ends_since(turn) == 0
 
 
 async def sample_states(hub: LeafHub, battle, k: int, seed: int, forced_switches: bool = True) -> Belief:
