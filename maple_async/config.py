@@ -203,12 +203,19 @@ class TrainConfig:
 
 SEARCH_RULES = ("maxmin", "equilibrium", "expected")
 REPLY_ORDERS = ("threat", "slot")
+SEARCH_ENGINES = ("auto", "showdown", "poke-engine")
 
 
 @dataclass
 class SearchConfig:
     """How ``--search`` and the ``search`` opponent look ahead (maple_async.search)."""
 
+    engine: str = key("auto", "where the search plays its turns: 'showdown' (Showdown's own simulator, "
+                              "exact, about 70 leaves a decision) or 'poke-engine' (a fast Rust model of the "
+                              "game, thousands of tree-search iterations; built once per generation with "
+                              "cargo); 'auto': poke-engine where it is built or cargo can build it, else "
+                              "showdown", choices=SEARCH_ENGINES)
+    engine_workers: int = key(0, "poke-engine worker processes per generation (0: one per core)", ge=0)
     states: int = key(2, "sampled battle states per decision", gt=0)
     replies: int = key(6, "the opponent's replies per state at most (its moves first, then switches)", gt=0)
     seeds: int = key(1, "leaves per joint action, each turn played with a fresh seed", gt=0)
