@@ -41,7 +41,7 @@ class ServerConfig:
                                  "no server, seeded battles), websocket (a server: rooms, logins, "
                                  "challenges), auto (simulator, or websocket when server.url is set)",
                          choices=("auto", "simulator", "websocket"))
-    # One simulator works in waves and leaves cores idle (docs/benchmarks.md).
+    # One simulator works in waves and leaves cores idle (docs/experiments.md#simulator-processes).
     simulators: int = key(0, "simulator processes of a managed server (0: one per core of this "
                              "shard's share of the machine, at most 8)", ge=0)
 
@@ -85,7 +85,7 @@ class RunnerConfig:
 class BatcherConfig:
     max_batch_size: int = key(256, "largest inference batch", gt=0)
     # Scaling with the sides in flight keeps a fixed share of the battles waiting on the
-    # batcher: a wait that grows the batch at 128 battles would stall 8 (docs/benchmarks.md).
+    # batcher: a wait that grows the batch at 128 battles would stall 8 (docs/experiments.md#the-decision-path).
     max_wait_ms: float = key(50.0, "a batch waits at most min(max_wait_ms, wait_per_side_ms x live battle "
                                    "sides) after its first request", ge=0)
     wait_per_side_ms: float = key(0.2, "the batch wait per live battle side (0: always max_wait_ms)", ge=0)

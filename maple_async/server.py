@@ -55,7 +55,7 @@ exports.subprocesses = {
 """
 
 # One Python process decides ~3,000 decisions/s; more simulator processes than it can feed
-# only cost memory (docs/benchmarks.md, "Simulator processes").
+# only cost memory (docs/experiments.md#simulator-processes).
 MAX_AUTO_SIMULATORS = 8
 
 

@@ -1,7 +1,7 @@
 """How the learner's weights reach shard workers: one pickle of numpy arrays per broadcast,
 not torch tensors, which a multiprocessing queue sends as shared-memory file descriptors
 fetched one by one from the learner's resource-sharer thread (starved by a busy learner, the
-weights fell 69 updates behind on 16 cores: docs/benchmarks.md). No server."""
+weights fell 69 updates behind on 16 cores: docs/results.md#scale-out). No server."""
 
 import asyncio
 import multiprocessing as mp

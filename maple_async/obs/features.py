@@ -6,7 +6,7 @@ them for a batch of observations with about sixty numpy calls, whatever the batc
 It is the ``features`` step of :class:`~maple_async.inference.policy.InferencePolicy`
 (every batch, before its forward pass) and of the learner (its rollouts), so the networks
 always see the complete observation. Per battle in Python this was about a third of the
-encoder's cost (docs/benchmarks.md).
+encoder's cost (docs/design.md#notes).
 
 What is derived (the formulas are those documented in :mod:`maple_async.obs.encoding`):
 

@@ -23,7 +23,7 @@ returns at once while messages are buffered) creates a task for each before any 
 runs. Orders that a batch resolved in the meantime are sent only after all those frames
 are parsed, and the simulator sits idle until they arrive. Yielding once before each
 ``recv`` puts the resolved battles' continuations (their orders) ahead of the next frame
-(docs/benchmarks.md has the A/B).
+(docs/experiments.md#the-decision-path has the A/B).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from ..learn.learner import Learner
 from ..learn.metrics import MetricsLog, policy_lag
 from ..opponents import mix_at, parse_opponent_schedule
 
-# Runs that learn well stay near 1; 8 shards whose weights came late reached 69 (docs/benchmarks.md).
+# Runs that learn well stay near 1; 8 shards whose weights came late reached 69 (docs/results.md#scale-out).
 LAG_WARNING = 10.0
 
 
@@ -208,7 +208,7 @@ class LearningLoop:
                 batch, self.backlog = self.backlog, []
                 # A batch twice the size asked for: the learner is behind. Collection holds
                 # still during this update, leaving the CPU to the learner (without it, on a
-                # few cores, updates grow without bound: docs/benchmarks.md).
+                # few cores, updates grow without bound: docs/experiments.md#the-learner-and-the-shards).
                 hold = cfg.train.hold_when_behind and len(batch) >= 2 * cfg.train.battles_per_update
                 if hold:
                     transport.pause(True)

@@ -25,7 +25,7 @@ def tune_gc(young_threshold: int) -> None:
     Such a process holds a few hundred thousand long-lived objects (poke-env's data tables,
     torch, the network) and allocates short-lived ones at a high rate (messages, requests,
     orders); with Python's defaults every 700 allocations start a young collection and the
-    full ones re-scan everything (docs/benchmarks.md has the measurement). With
+    full ones re-scan everything (docs/experiments.md#the-decision-path has the measurement). With
     ``young_threshold`` > 0 what is alive now is collected once and frozen out of later
     collections, and young collections run every ``young_threshold`` allocations. Reference
     cycles are still collected, only later. 0 restores Python's defaults. Safe to call
