@@ -178,9 +178,9 @@ class EngineSearcher:
     async def _check_names(self, pool: EnginePool, translations: list[Translation]) -> None:
         """A name the engine lacks (it would read it as nothing): an item is held as no item (its
         effect is outside the engine's model: Light Clay, Damp Rock and the like; counted in
-        ``approximated``), a species, move or ability refuses the state. Each name is asked of
+        ``approximated``), a species, move, ability or volatile refuses the state. Each name is asked of
         the engine once."""
-        for kind in ("pokemon", "move", "item", "ability"):
+        for kind in ("pokemon", "move", "item", "ability", "volatile"):
             names = sorted({n for t in translations for n in t.names[kind]})
             cache = self._unknown[kind]
             new = [n for n in names if n not in cache]

@@ -47,6 +47,7 @@ SAME_NAME = {
     "mustrecharge", "nightmare", "noretreat", "octolock", "partiallytrapped", "powershift", "powertrick",
     "rage", "saltcure", "smackdown", "stockpile", "syrupbomb", "tarshot", "telekinesis", "throatchop",
     "torment", "truant", "uproar", "unburden",
+    "reflect", "lightscreen",  # gen 1: volatiles, not side conditions
 }
 # Volatiles that end with the turn that set them or have no effect at a decision (a decision
 # comes between turns): nothing to carry.
@@ -91,6 +92,7 @@ class Translation:
     to_engine: dict  # "move 2" -> "thunderbolt"
     from_engine: dict  # "thunderbolt" -> "move 2"
     names: dict  # kind -> names the SPEC uses (the engine's worker checks them)
+    their_to_engine: dict = field(default_factory=dict)  # the opponent's choices, as to_engine
 
 
 def type_id(t: str) -> str:
@@ -291,7 +293,7 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
         if carry is None:
             raise Refusal(f"engine:volatile:{id_}", f"{active['species']} has volatile {id_} {state}")
         carry(side, state, active, ea)
-    if tuple(ea["types"]) != tuple(ea["base_types"]):
+    if tuple(ea["types"]) != tuple(ea["base_types"]) and gen >= 3:  # gens 1-2 keep no such mark
         side.volatiles.add("TYPECHANGE")
     boosts = active.get("boosts") or {}
     for ours, theirs in BOOSTS:
@@ -315,6 +317,7 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
             raise Refusal(f"engine:slot_condition:{id_}", f"slot condition {id_} {state}")
     side.spec["pokemon"] = engine_mons
     side.spec["volatile_statuses"] = sorted(side.volatiles)
+    names["volatile"].update(side.volatiles)
     side.spec["volatile_status_durations"] = side.durations
     side.spec["side_conditions"] = side.conditions
     return side.spec, active
@@ -371,7 +374,7 @@ def translate(snap: dict, us: str, trapped: bool = False) -> Translation:
     trick_room = pseudo.pop("trickroom", None)
     if pseudo:
         raise Refusal(f"engine:field:{sorted(pseudo)[0]}", f"field conditions {sorted(pseudo)}")
-    names: dict = {"pokemon": set(), "move": set(), "item": set(), "ability": set()}
+    names: dict = {"pokemon": set(), "move": set(), "item": set(), "ability": set(), "volatile": set()}
     specs = []
     for i in order:
         spec, _active = side_spec(sides[i], gen, names)
@@ -392,4 +395,5 @@ def translate(snap: dict, us: str, trapped: bool = False) -> Translation:
     if spec["terrain"] == "none":
         spec["terrain_turns_remaining"] = 0
     to_engine, from_engine = choice_maps(sides[ours_i], gen)
-    return Translation(spec, to_engine, from_engine, {k: sorted(v) for k, v in names.items()})
+    theirs, _ = choice_maps(sides[1 - ours_i], gen)
+    return Translation(spec, to_engine, from_engine, {k: sorted(v) for k, v in names.items()}, theirs)

@@ -64,8 +64,9 @@ def summary(state) -> dict:
 
 
 def probe(pe, kind: str, name: str) -> bool:
-    """Whether the engine knows ``name`` as a ``kind`` (pokemon, move, item, ability): it reads
-    a name it does not know as "none", so the name must come back from its own state."""
+    """Whether the engine knows ``name`` as a ``kind`` (pokemon, move, item, ability, volatile): it
+    reads a name it does not know as "none" (a volatile: as nothing), so the name must come back
+    from its own state."""
     if kind == "pokemon":
         mon = pe.Pokemon(id=name)
     elif kind == "move":
@@ -74,9 +75,13 @@ def probe(pe, kind: str, name: str) -> bool:
         mon = pe.Pokemon(item=name)
     elif kind == "ability":
         mon = pe.Pokemon(ability=name, base_ability=name)
-    else:
+    elif kind != "volatile":
         raise ValueError(f"no kind {kind!r}")
     try:
+        if kind == "volatile":
+            side = pe.Side(volatile_statuses={name})
+            back = pe.State.from_string(pe.State(side_one=side).to_string()).side_one
+            return name.lower() in {str(v).lower() for v in back.volatile_statuses}
         back = pe.State.from_string(pe.State(side_one=pe.Side(pokemon=[mon])).to_string()).side_one.pokemon[0]
     except BaseException as e:  # noqa: BLE001 - a Rust panic is a BaseException
         if isinstance(e, (KeyboardInterrupt, SystemExit)):

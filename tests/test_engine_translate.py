@@ -1,0 +1,173 @@
+"""The translation of a built state's snapshot into poke-engine's state (no engine needed)."""
+
+import pytest
+
+from maple_async.search.belief import Refusal
+from maple_async.search.pokeengine import translate as tr
+
+
+def mon(species="snorlax", hp=300, maxhp=300, moves=("bodyslam", "rest"), active=False, **kw):
+    m = {"species": species, "baseSpecies": species, "level": 80, "gender": "", "types": ["Normal"],
+         "addedType": "", "baseTypes": ["Normal"], "hp": hp, "maxhp": maxhp, "fainted": hp == 0,
+         "stats": {"atk": 200, "def": 150, "spa": 120, "spd": 180, "spe": 90}, "ability": "thickfat",
+         "baseAbility": "thickfat", "item": "leftovers", "nature": "", "evs": {k: 85 for k in
+         ("hp", "atk", "def", "spa", "spd", "spe")}, "ivs": {}, "hpType": "Dark", "hpPower": 70,
+         "moves": [{"id": m, "pp": 10, "maxpp": 16, "disabled": False} for m in moves],
+         "status": "", "statusState": {}, "boosts": {"atk": 0, "def": 0, "spa": 0, "spd": 0, "spe": 0,
+                                                     "accuracy": 0, "evasion": 0},
+         "volatiles": {}, "teraType": "Ghost", "terastallized": "", "weightkg": 460.0, "activeTurns": 1,
+         "lastMove": "", "active": active}
+    m.update(kw)
+    return m
+
+
+def snap(gen=4, p1=None, p2=None, field=None, **sides):
+    def side(id_, mons, extra):
+        s = {"id": id_, "active": 0, "request": "move", "pokemonLeft": len(mons), "teraUsed": False,
+             "pokemon": mons, "conditions": {}, "slot": {}}
+        s.update(extra)
+        return s
+    p1 = p1 or [mon(active=True), mon("pikachu", moves=("thunderbolt", "hiddenpower"))]
+    p2 = p2 or [mon("gyarados", moves=("waterfall", "dragondance"), active=True), mon("blissey")]
+    return {"gen": gen, "turn": 3, "ended": False, "winner": None,
+            "sides": [side("p1", p1, sides.get("s1", {})), side("p2", p2, sides.get("s2", {}))],
+            "field": field or {"weather": "", "weatherDuration": 0, "terrain": "", "terrainDuration": 0,
+                               "pseudoWeather": {}}}
+
+
+def test_our_side_is_side_one_whichever_seat():
+    s = snap()
+    assert tr.translate(s, "p1").spec["side_one"]["pokemon"][0]["id"] == "snorlax"
+    t = tr.translate(s, "p2")
+    assert t.spec["side_one"]["pokemon"][0]["id"] == "gyarados"
+    assert t.to_engine == {"move 1": "waterfall", "move 1 terastallize": "waterfall-tera",
+                           "move 1 mega": "waterfall-mega", "move 2": "dragondance",
+                           "move 2 terastallize": "dragondance-tera", "move 2 mega": "dragondance-mega",
+                           "switch 2": "switch blissey"}
+    assert t.from_engine["switch blissey"] == "switch 2"
+    assert t.their_to_engine["switch 2"] == "switch pikachu"
+
+
+def test_pokemon_fields():
+    p = tr.translate(snap(), "p1").spec["side_one"]["pokemon"]
+    a = p[0]
+    assert (a["hp"], a["maxhp"], a["level"]) == (300, 300, 80)
+    assert (a["attack"], a["defense"], a["special_attack"], a["special_defense"], a["speed"]) == (200, 150, 120, 180, 90)
+    assert a["types"] == ("normal", "typeless") and a["item"] == "leftovers" and a["ability"] == "thickfat"
+    assert a["moves"][:2] == [{"id": "bodyslam", "pp": 10, "disabled": False}, {"id": "rest", "pp": 10, "disabled": False}]
+    assert a["moves"][2:] == [{"id": "none", "pp": 0, "disabled": True}] * 2
+    assert a["tera_type"] == "typeless"  # gen 4: no tera
+    # Hidden Power: its type and, in gens 2-5, its power
+    assert p[1]["moves"][1]["id"] == "hiddenpowerdark70"
+    assert tr.translate(snap(gen=9), "p1").spec["side_one"]["pokemon"][0]["tera_type"] == "ghost"
+
+
+def test_hidden_power_power_from_gen_6_is_60():
+    s = snap(gen=7)
+    assert tr.translate(s, "p1").spec["side_one"]["pokemon"][1]["moves"][1]["id"] == "hiddenpowerdark60"
+
+
+def test_gens_1_and_2_have_no_abilities():
+    a = tr.translate(snap(gen=2), "p1").spec["side_one"]["pokemon"][0]
+    assert a["ability"] == "none" and a["base_ability"] == "none"
+
+
+def test_sleep_rest_and_toxic():
+    p1 = [mon(active=True, status="slp", statusState={"time": 2, "startTime": 3}),
+          mon("pikachu", status="slp", statusState={"time": 2, "startTime": 2, "sourceEffect": "rest"})]
+    spec = tr.translate(snap(p1=p1), "p1").spec
+    assert spec["side_one"]["pokemon"][0]["status"] == "sleep"
+    assert spec["side_one"]["pokemon"][0]["sleep_turns"] == 1 and spec["side_one"]["pokemon"][0]["rest_turns"] == 0
+    assert spec["side_one"]["pokemon"][1]["rest_turns"] == 2
+    p2 = [mon("gyarados", active=True, status="tox", statusState={"stage": 3})]
+    spec = tr.translate(snap(p2=p2), "p1").spec
+    assert spec["side_two"]["side_conditions"]["toxic_count"] == 3
+
+
+def test_volatiles_and_durations():
+    vol = {"substitute": {"hp": 75}, "confusion": {"time": 2}, "taunt": {"duration": 3},
+           "encore": {"duration": 2, "move": "rest"}, "leechseed": {}, "flinch": {}}
+    p1 = [mon(active=True, volatiles=vol, boosts={"atk": 2, "def": -1, "spa": 0, "spd": 0, "spe": 1,
+                                                   "accuracy": 0, "evasion": 0})]
+    s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
+    assert s1["volatile_statuses"] == ["CONFUSION", "ENCORE", "LEECHSEED", "SUBSTITUTE", "TAUNT"]
+    assert s1["substitute_health"] == 75
+    assert s1["volatile_status_durations"] == {"confusion": 2, "taunt": 3, "encore": 2}
+    assert s1["last_used_move"] == "move:1"  # encored into Rest
+    assert (s1["attack_boost"], s1["defense_boost"], s1["speed_boost"]) == (2, -1, 1)
+
+
+def test_lock_and_choice_lock():
+    p1 = [mon(active=True, moves=("outrage", "earthquake"), volatiles={"lockedmove": {"move": "outrage",
+                                                                                      "duration": 1, "trueDuration": 2}})]
+    s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
+    assert "LOCKEDMOVE" in s1["volatile_statuses"] and s1["volatile_status_durations"]["lockedmove"] == 2
+    assert s1["last_used_move"] == "move:0"
+    p1 = [mon(active=True, moves=("outrage", "earthquake"), item="choiceband",
+              volatiles={"choicelock": {"move": "earthquake"}})]
+    moves = tr.translate(snap(p1=p1), "p1").spec["side_one"]["pokemon"][0]["moves"]
+    assert [m["disabled"] for m in moves[:2]] == [True, False]
+
+
+def test_protect_counter_and_perish():
+    p1 = [mon(active=True, volatiles={"stall": {"counter": 9}, "perishsong": {"duration": 2}})]
+    s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
+    assert s1["side_conditions"]["protect"] == 2
+    assert "PERISH2" in s1["volatile_statuses"]
+
+
+def test_an_effect_with_no_entry_refuses_by_name():
+    p1 = [mon(active=True, volatiles={"dynamax": {"duration": 3}})]
+    with pytest.raises(Refusal) as e:
+        tr.translate(snap(p1=p1), "p1")
+    assert e.value.reason == "engine:volatile:dynamax"
+
+
+def test_side_and_slot_conditions():
+    s1 = {"conditions": {"spikes": {"layers": 2}, "stealthrock": {}, "reflect": {"duration": 4}},
+          "slot": {"wish": {"duration": 1, "hp": 150}}}
+    spec = tr.translate(snap(s1=s1), "p1").spec["side_one"]
+    assert spec["side_conditions"] == {"spikes": 2, "stealth_rock": 1, "reflect": 4}
+    assert spec["wish"] == (1, 150)
+    with pytest.raises(Refusal) as e:
+        tr.translate(snap(s1={"conditions": {"gmaxsteelsurge": {}}}), "p1")
+    assert e.value.reason == "engine:side_condition:gmaxsteelsurge"
+
+
+def test_future_sight_moves_to_its_users_side():
+    # Showdown keeps it on the target's slot (p2's), naming its user (p1's second Pokémon)
+    s2 = {"slot": {"futuremove": {"duration": 2, "source": ["p1", 1]}}}
+    spec = tr.translate(snap(s2=s2), "p1").spec
+    assert spec["side_one"]["future_sight"] == (2, "1")
+    assert "future_sight" not in spec["side_two"]
+
+
+def test_field():
+    fld = {"weather": "raindance", "weatherDuration": 3, "terrain": "", "terrainDuration": 0,
+           "pseudoWeather": {"trickroom": {"duration": 2}, "sleepclausemod": {}}}
+    spec = tr.translate(snap(field=fld), "p1").spec
+    assert (spec["weather"], spec["weather_turns_remaining"]) == ("rain", 3)
+    assert (spec["trick_room"], spec["trick_room_turns_remaining"]) == (True, 2)
+    assert spec["terrain"] == "none"
+    fld["weather"], fld["weatherDuration"] = "sandstorm", 0  # an ability's weather that lasts
+    assert tr.translate(snap(field=fld), "p1").spec["weather_turns_remaining"] == -1
+    fld["pseudoWeather"] = {"gravity": {"duration": 5}}
+    with pytest.raises(Refusal) as e:
+        tr.translate(snap(field=fld), "p1")
+    assert e.value.reason == "engine:field:gravity"
+
+
+def test_types_changed_and_a_third_type():
+    p1 = [mon(active=True, types=["Water"])]
+    s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
+    assert s1["pokemon"][0]["types"] == ("water", "typeless")
+    assert "TYPECHANGE" in s1["volatile_statuses"]
+    assert "TYPECHANGE" not in tr.translate(snap(gen=2, p1=p1), "p1").spec["side_one"]["volatile_statuses"]
+    with pytest.raises(Refusal):
+        tr.translate(snap(p1=[mon(active=True, addedType="Grass")]), "p1")
+
+
+def test_names_the_engine_is_asked_about():
+    names = tr.translate(snap(), "p1").names
+    assert names["pokemon"] == ["blissey", "gyarados", "pikachu", "snorlax"]
+    assert "hiddenpowerdark70" in names["move"] and "leftovers" in names["item"]
