@@ -73,9 +73,9 @@ def exit_line(name: str, pid, code, tail: Iterable[str] = (), log_path=None) -> 
 
 
 class NodeProcess(asyncio.SubprocessProtocol):
-    """One Node child on pipes. Its stdout is records ended by :attr:`separator`, the first
-    of which starts with :attr:`ready_record`; the records after it go to ``received`` (or
-    a subclass's :meth:`received`), one list per read, and :meth:`on_exit` hears the exit.
+    """One Node child on pipes. Its stdout is records ended by :attr:`separator`, one of
+    which, the first, starts with :attr:`ready_record`; the others go to ``received`` (or a
+    subclass's :meth:`received`), one list per read, and :meth:`on_exit` hears the exit.
     ``name`` (the script) names it in messages; ``error`` is what a failed start raises."""
 
     separator = b"\n"
@@ -157,13 +157,13 @@ class NodeProcess(asyncio.SubprocessProtocol):
         last = records.pop()
         if last:
             self._partial.append(last)
-        if not self.started and not self._said_ready(records):
-            return
+        if not self.started:
+            self._find_ready(records)
         if records:
             self.received(records)
 
     def received(self, records: list) -> None:
-        """The records of one read, after the ready record."""
+        """The records of one read, the ready record left out."""
 
     def on_exit(self) -> None:
         """The child exited (its pipes may still hold what it wrote last: :attr:`drained`)."""
@@ -195,18 +195,16 @@ class NodeProcess(asyncio.SubprocessProtocol):
             self._resumed.set_result(None)
         self._resumed = None
 
-    def _said_ready(self, records: list) -> bool:
-        """Take the first record: True when it is the ready record (the rest follow it)."""
-        first = records.pop(0)
-        if self.ready.done():  # its start was given up on: closing
-            return False
-        if first.startswith(self.ready_record):
-            self.started = True
-            self.ready.set_result(None)
-            return True
-        self.tail.append(f"its first output was {first[:200]!r}, not {self.ready_record!r}")
-        self.kill()
-        return False
+    def _find_ready(self, records: list) -> None:
+        """Take the ready record out of ``records``, if it is there (what comes before it
+        goes on to :meth:`received` all the same)."""
+        for i, rec in enumerate(records):
+            if rec.startswith(self.ready_record):
+                del records[i]
+                if not self.ready.done():  # (done: its start was given up on)
+                    self.started = True
+                    self.ready.set_result(None)
+                return
 
     def _error_output(self, data: bytes) -> None:
         lines = (self._err + data).split(b"\n")
