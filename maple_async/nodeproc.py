@@ -90,7 +90,7 @@ class NodeProcess(asyncio.SubprocessProtocol):
             self.received = received
         self.transport: Optional[asyncio.SubprocessTransport] = None
         self.stdin = None
-        self.pid: Optional[int] = None  # its process group's id too
+        self.pgid: Optional[int] = None  # its pid, and its process group's id
         self.log_path = None
         self.ready = loop.create_future()
         self.gone = loop.create_future()  # exited
@@ -138,7 +138,7 @@ class NodeProcess(asyncio.SubprocessProtocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.stdin = transport.get_pipe_transport(0)
-        self.pid = transport.get_pid()
+        self.pgid = transport.get_pid()
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd != 1:
@@ -225,7 +225,7 @@ class NodeProcess(asyncio.SubprocessProtocol):
 
     def why(self) -> str:
         """Its exit in one line (see :func:`exit_line`)."""
-        return exit_line(self.name, self.pid, self.returncode, self.tail, self.log_path)
+        return exit_line(self.name, self.pgid, self.returncode, self.tail, self.log_path)
 
     async def exit_reason(self) -> str:
         """Once it exited and its pipes delivered its last words (a bounded wait): :meth:`why`."""
@@ -235,8 +235,8 @@ class NodeProcess(asyncio.SubprocessProtocol):
 
     def kill(self) -> None:
         """SIGKILL its process group (it and whatever it started)."""
-        if self.pid is not None and self.pid > 0 and not self.exited:
-            kill_group(self.pid)
+        if self.pgid is not None and self.pgid > 0 and not self.exited:
+            kill_group(self.pgid)
 
     async def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """End its stdin (the child exits when it ends), wait up to ``timeout`` seconds for

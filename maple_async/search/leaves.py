@@ -102,7 +102,7 @@ class LeafHub:
 
     @property
     def pid(self) -> Optional[int]:
-        return self.proc.pid if self.proc else None
+        return self.proc.pgid if self.proc else None
 
     @property
     def alive(self) -> bool:
