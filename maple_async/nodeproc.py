@@ -73,10 +73,11 @@ def exit_line(name: str, pid, code, tail: Iterable[str] = (), log_path=None) -> 
 
 
 class NodeProcess(asyncio.SubprocessProtocol):
-    """One Node child on pipes. Its stdout is records ended by :attr:`separator`, one of
-    which, the first, starts with :attr:`ready_record`; the others go to ``received`` (or a
-    subclass's :meth:`received`), one list per read, and :meth:`on_exit` hears the exit.
-    ``name`` (the script) names it in messages; ``error`` is what a failed start raises."""
+    """One Node child on pipes. Its stdout is records ended by :attr:`separator`; the first
+    that starts with :attr:`ready_record` says it is ready and is left out, the others go to
+    ``received`` (or a subclass's :meth:`received`) one list per read; :meth:`on_exit` hears
+    the exit. ``name`` (the script) names it in messages; ``error`` is what a failed start
+    raises."""
 
     separator = b"\n"
     ready_record = b'{"ready":true}'
