@@ -6,7 +6,8 @@ Parent side: :func:`spawn` (a fresh interpreter and one pipe), :func:`replies`,
 :class:`Outbox` (messages out, from a thread) and :class:`Inbox` (messages in, to an event
 loop); an error travels as :class:`Failed`. The training shards (``run/``), the battle
 pool's shards (``env/shards.py``) and the bench's shards (``tools/bench.py``) are such
-workers; Node and Showdown processes are started elsewhere but use :func:`die_with_parent`.
+workers; Node processes (Showdown, the simulator transport's, the search's leaf process) are
+started through :mod:`maple_async.nodeproc`, which gives each :func:`die_with_parent`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -25,7 +24,7 @@ from typing import Optional
 import aiohttp
 
 from .errors import UserError
-from .procs import die_with_parent
+from .nodeproc import exit_line, kill_group, own_group
 
 SHOWDOWN_VERSION = "0.11.11"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -282,16 +281,13 @@ class ShowdownServer:
             [node, "pokemon-showdown", "start", "--skip-build", "--no-security", str(self.port)],
             cwd=pkg, stdout=self._log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env={**os.environ, "MAPLE_SIMULATORS": str(self.simulators)},
-            start_new_session=True,  # own process group: stop() takes its simulators too
-            preexec_fn=die_with_parent if self.attached else None,
+            **own_group(self.attached),  # stop() takes its simulator processes too
         )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
-                raise ServerError(
-                    f"Showdown exited during start (code {self.process.returncode}); "
-                    f"log {self.log_path}:\n{self._log_tail()}"
-                )
+                why = exit_line("Showdown", self.pid, self.process.returncode, log_path=self.log_path)
+                raise ServerError(f"Showdown did not start: {why}:\n{self._log_tail()}")
             if await check_health(self.url, timeout=1.0):
                 return self
             await asyncio.sleep(0.25)
@@ -309,13 +305,11 @@ class ShowdownServer:
         """Stop the server and all its child processes (idempotent)."""
         proc = self.process
         if proc is not None and proc.poll() is None:
-            _kill_group(proc.pid, timeout)
+            kill_group(proc.pid, timeout)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1.0)
         elif proc is not None:
-            # The main process is gone; its simulator children may not be.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)  # the main process is gone; its simulator children may not be
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -336,67 +330,7 @@ class ShowdownServer:
         self.stop()
 
 
-def _kill_group(pgid: int, timeout: float) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        # Reap our direct child if it exited, else the group keeps a zombie leader.
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pgid, os.WNOHANG)
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
 # -- detached servers for `maple-async server start|stop|status` -------------------------
-
-def process_groups(pgid) -> list[int]:
-    """``pgid`` as a list: a managed server's one process group, or the simulator
-    transport's list of them (one per process)."""
-    return [pgid] if isinstance(pgid, int) else list(pgid)
-
-
-def group_processes(pgid) -> Optional[list[tuple[int, bytes, float]]]:
-    """(pid, command line, CPU seconds used so far) of each live process in the process
-    group(s) ``pgid`` (see :func:`process_groups`); None where ``/proc`` can't be read."""
-    groups = set(process_groups(pgid))
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    out = []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            # after the command name (in parentheses, may hold spaces): state, ppid, pgrp, ...
-            fields = stat[stat.rindex(b")") + 2:].split()
-            if int(fields[2]) not in groups:
-                continue
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:  # exited meanwhile
-            continue
-        out.append((int(name), cmd, (int(fields[11]) + int(fields[12])) / tick))  # utime + stime
-    return out
-
-
-def group_cpu_s(pgid) -> Optional[float]:
-    """CPU seconds (user + system) used so far by the live processes of process group(s)
-    ``pgid``: a managed server's node processes (the server and its simulator workers run
-    in the group its start made), or the simulator transport's processes. None where that
-    can't be read (no ``/proc``, no group)."""
-    procs = group_processes(pgid) if pgid else None
-    return sum(cpu for _, _, cpu in procs) if procs else None
-
 
 def _state_dir(home: Optional[Path] = None) -> Path:
     d = (Path(home) if home else default_home()) / "servers"
@@ -434,7 +368,7 @@ def stop_detached(port: Optional[int] = None, home: Optional[Path] = None) -> li
         if port is not None and info["port"] != port:
             continue
         if info["running"]:
-            _kill_group(info["pid"], 10.0)
+            kill_group(info["pid"], 10.0)
         (_state_dir(home) / f"{info['port']}.json").unlink(missing_ok=True)
         stopped.append(info["port"])
     return stopped

@@ -1,4 +1,4 @@
-// The stdin side of maple-async's Node processes (simhub.js, search/leafhub.js): each line
+// The stdin side of maple-async's Node processes (simulator/simhub.js, search/leafhub.js): each line
 // read goes to onLine; stdin's end means the parent died; a closed stdout ends the process.
 'use strict';
 

@@ -24,7 +24,7 @@ from maple_async.collect.agent import Agent  # noqa: E402
 from maple_async.collect.match import Match  # noqa: E402
 from maple_async.pokeenv.players import fast_kwargs  # noqa: E402
 from maple_async.run.process import run_async, setup_process  # noqa: E402
-from maple_async.server import group_processes  # noqa: E402
+from maple_async.nodeproc import group_processes  # noqa: E402
 from maple_async.showdown import showdown_for  # noqa: E402
 from maple_async.teams import for_config  # noqa: E402
 from maple_async.tools.bench import bench_policy  # noqa: E402

@@ -159,7 +159,7 @@ def test_pooled_windows_are_one_long_window():
 def test_server_cpu_is_the_process_groups():
     """The bench's Showdown CPU: every live process of the server's process group (the
     managed server starts one); None for a group with no process."""
-    from maple_async.server import group_cpu_s
+    from maple_async.nodeproc import group_cpu_s
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint(1, flush=True)\ntime.sleep(30)"
     p = subprocess.Popen([sys.executable, "-c", burn], start_new_session=True, stdout=subprocess.PIPE)
     try:
@@ -292,7 +292,7 @@ def test_throttle_stops_and_resumes_a_process_group():
     p = subprocess.Popen([sys.executable, "-c", burn], start_new_session=True)
     try:
         import time
-        from maple_async.server import group_cpu_s
+        from maple_async.nodeproc import group_cpu_s
         time.sleep(0.3)
         c0 = group_cpu_s(p.pid)
         with bench.throttled(p.pid, 0.8, period_s=0.02):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from maple_async import simulator
+from maple_async.simulator import pipes
 from maple_async.collect import agent as agent_mod
 from maple_async.collect.agent import Agent, _Live
 from maple_async.collect.match import play
@@ -70,7 +71,7 @@ async def _exiting_process():
     async def restart(i):
         restarts.append(i)
     sims._restart = restart
-    proc = simulator._Process(sims, 0)
+    proc = pipes.SimProcess(sims, 0)
     proc.kill = lambda: None  # no process group behind it
     sims.procs = [proc]
     proc.connection_made(_Transport())

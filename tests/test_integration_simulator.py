@@ -19,7 +19,8 @@ from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.obs import encoding as enc
 from maple_async.obs import actions as act
-from maple_async.simulator import Simulators, _Inbox
+from maple_async.simulator import Simulators
+from maple_async.simulator.battles import Inbox as _Inbox
 
 pytestmark = pytest.mark.integration
 

@@ -1,12 +1,13 @@
 """The simulator transport's pipe reading, without Node."""
 
-from maple_async.simulator import Simulators, _Process
+from maple_async.simulator import Simulators
+from maple_async.simulator.pipes import SimProcess as _Process
 
 
 async def test_a_read_that_ends_inside_a_character_loses_nothing():
     sims = Simulators(1)
     seen = []
-    sims._route = lambda proc, rec: seen.append(rec)
+    sims.router.route = lambda proc, rec: seen.append(rec)
     proc = _Process(sims, 0)
     record = "M1>battle-gen9randombattle-1\n|rule|Species Clause: Limit one of each Pokémon".encode()
     cut = record.index("é".encode()) + 1  # between the two bytes of é

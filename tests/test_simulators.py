@@ -11,7 +11,8 @@ from maple_async.collect.match import play
 from maple_async.config import BatcherConfig
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
-from maple_async.server import ShowdownServer, group_processes, resolve_simulators
+from maple_async.nodeproc import group_processes
+from maple_async.server import ShowdownServer, resolve_simulators
 
 def _simulators(pgid: int) -> dict:
     """pid -> CPU seconds of the server's simulator processes (Showdown's room-battle workers)."""

@@ -76,7 +76,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[Any], None],
     learner. The same body runs in a spawned process (pipes) and in a Ray actor (actor
     method calls).
     """
-    from ..server import group_cpu_s
+    from ..nodeproc import group_cpu_s
     from ..showdown import showdown_for
 
     def on_trajectory(traj) -> None:

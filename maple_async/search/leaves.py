@@ -11,7 +11,6 @@ starts a fresh one (the decisions built in the dead one are gone).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import itertools
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..procs import die_with_parent
+from ..nodeproc import NodeProcess
 from ..server import install, which
 
 log = logging.getLogger("maple_async.search")
@@ -29,7 +28,6 @@ log = logging.getLogger("maple_async.search")
 HUB_JS = Path(__file__).with_name("leafhub.js")
 START_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 5.0
-LINE_LIMIT = 1 << 28  # one reply carries every leaf of a request
 STDERR_TAIL = 20
 
 Seed = Union[str, Sequence[int]]
@@ -90,12 +88,10 @@ class LeafHub:
     def __init__(self, home: Optional[Path] = None, start_timeout_s: float = START_TIMEOUT_S):
         self.home = home
         self.start_timeout_s = start_timeout_s
-        self.proc: Optional[asyncio.subprocess.Process] = None
+        self.proc: Optional[NodeProcess] = None
         self._pending: dict[int, tuple[str, asyncio.Future]] = {}
         self._ids = itertools.count(1)
-        self._reader: Optional[asyncio.Task] = None
-        self._stderr: Optional[asyncio.Task] = None
-        self._stderr_tail: collections.deque = collections.deque(maxlen=STDERR_TAIL)
+        self._watch: Optional[asyncio.Task] = None  # waits for the exit
         self._exit: Optional[str] = None  # why the last process is gone
 
     async def __aenter__(self) -> "LeafHub":
@@ -106,11 +102,11 @@ class LeafHub:
 
     @property
     def pid(self) -> Optional[int]:
-        return self.proc.pid if self.proc else None
+        return self.proc.pgid if self.proc else None
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None and self._exit is None
+        return self.proc is not None and not self.proc.exited and self._exit is None
 
     async def start(self) -> "LeafHub":
         """Start the process (again, after it died: built decisions are not carried over)."""
@@ -119,24 +115,13 @@ class LeafHub:
         await self.close()
         pkg = await asyncio.to_thread(install, self.home)
         self._exit = None
-        self._stderr_tail.clear()
-        self.proc = await asyncio.create_subprocess_exec(
-            which("node"), str(HUB_JS), str(pkg),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, limit=LINE_LIMIT,
-            start_new_session=True, preexec_fn=die_with_parent)
-        self._stderr = asyncio.get_running_loop().create_task(self._read_stderr(self.proc))
+        self.proc = NodeProcess("leafhub.js", self._replies, LeafHubError, STDERR_TAIL)
         try:
-            first = await asyncio.wait_for(self.proc.stdout.readline(), self.start_timeout_s)
-        except asyncio.TimeoutError:
+            await self.proc.start(which("node"), str(HUB_JS), str(pkg), timeout=self.start_timeout_s)
+        except BaseException:
             await self.close()
-            raise LeafHubError(f"leafhub.js did not start within {self.start_timeout_s:.0f}s") from None
-        if not first.startswith(b'{"ready":true}'):
-            await self.proc.wait()
-            why = self._why_exited(self.proc)
-            await self.close()
-            raise LeafHubError(f"leafhub.js did not start: {why}")
-        self._reader = asyncio.get_running_loop().create_task(self._read(self.proc))
+            raise
+        self._watch = asyncio.get_running_loop().create_task(self._exited(self.proc))
         return self
 
     async def build(self, decision: str, format: str, states: Sequence[dict],
@@ -191,21 +176,13 @@ class LeafHub:
 
     async def close(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(Exception):
-                proc.stdin.close()  # leafhub.js exits when its stdin ends
-            try:
-                await asyncio.wait_for(proc.wait(), CLOSE_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        for task in (self._reader, self._stderr):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        self._reader = self._stderr = None
+        if proc is not None:
+            await proc.close(CLOSE_TIMEOUT_S)  # leafhub.js exits when its stdin ends
+        task, self._watch = self._watch, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         self._fail_pending("the leaf process was closed")
 
     # -- pipes -------------------------------------------------------------------------------
@@ -216,11 +193,9 @@ class LeafHub:
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (message["op"], fut)
-        try:
-            self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
-            await self.proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the reader reports the exit to every waiting request, this one included
+        # A pipe whose process died drops what it is given: the exit fails every waiting request.
+        self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
+        await self.proc.drain()
         try:
             reply = await fut
         finally:
@@ -232,11 +207,8 @@ class LeafHub:
             raise LeafRequestError(f"leafhub refused {message['op']}: {reply.get('error')}")
         return reply
 
-    async def _read(self, proc: asyncio.subprocess.Process) -> None:
-        while True:
-            line = await proc.stdout.readline()
-            if not line:
-                break
+    def _replies(self, lines: list[bytes]) -> None:
+        for line in lines:
             try:
                 reply = json.loads(line)
             except ValueError:
@@ -245,24 +217,10 @@ class LeafHub:
             entry = self._pending.get(reply.get("id"))
             if entry is not None and not entry[1].done():
                 entry[1].set_result(reply)
-        await proc.wait()
-        if self._stderr is not None:  # its last words, if it had any
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._stderr), 1.0)
-        self._exit = self._why_exited(proc)
+
+    async def _exited(self, proc: NodeProcess) -> None:
+        self._exit = await proc.exit_reason()  # after its last replies and words
         self._fail_pending(self._exit)
-
-    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        while True:
-            line = await proc.stderr.readline()
-            if not line:
-                return
-            self._stderr_tail.append(line.decode(errors="replace").rstrip())
-
-    def _why_exited(self, proc: asyncio.subprocess.Process) -> str:
-        why = f"leafhub.js (pid {proc.pid}) exited with code {proc.returncode}"
-        tail = [line for line in self._stderr_tail if line]
-        return why + (f"; its last error output: {' | '.join(tail[-5:])}" if tail else "")
 
     def _fail_pending(self, why: str) -> None:
         for op, fut in list(self._pending.values()):

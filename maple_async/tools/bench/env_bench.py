@@ -34,7 +34,7 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
     poke-env's single-agent set-ups count only the learning side's)."""
     from ...env import BattlePool
     from ...env.gym import BattleVectorEnv
-    from ...server import group_cpu_s
+    from ...nodeproc import group_cpu_s
     rng = np.random.default_rng(0)
     kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, config=cfg,
                   server=url, shards=shards, opponent=opponent)

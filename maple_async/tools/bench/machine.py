@@ -9,7 +9,7 @@ import signal
 import threading
 from typing import Optional
 
-from ...server import group_cpu_s, process_groups
+from ...nodeproc import group_cpu_s, process_groups
 
 
 def cpu_limit(cores: int, us_per_decision: float) -> float:

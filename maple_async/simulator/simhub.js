@@ -13,7 +13,7 @@
 // argv[2]: the pokemon-showdown package directory. Exits when stdin closes (the parent died).
 'use strict';
 const path = require('path');
-const readLines = require(path.join(__dirname, 'stdin_lines.js'));
+const readLines = require(path.join(__dirname, '..', 'stdin_lines.js'));
 const sim = require(path.join(process.argv[2], 'dist', 'sim'));
 const {Battle, Teams} = sim;
 const {extractChannelMessages} = require(path.join(process.argv[2], 'dist', 'sim', 'battle'));
