@@ -16,17 +16,16 @@ that request, never the battle:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 from ... import procs
+from ...nodeproc import RestartBudget
 from ...server import default_home
 from . import build
 
@@ -84,7 +83,7 @@ class EnginePool:
         self.workers = [_Worker(i) for i in range(self.n)]
         self.path: Optional[Path] = None
         self.restarts = 0
-        self._starts: collections.deque = collections.deque()
+        self._budget = RestartBudget(MAX_RESTARTS, RESTART_WINDOW_S)
         self._ids = itertools.count(1)
         self._failed: Optional[str] = None
         self.closed = False
@@ -168,13 +167,10 @@ class EnginePool:
         w.pending.clear()
         if self.closed or w.starting is not None:
             return
-        now = time.monotonic()
-        self._starts.append(now)
-        while self._starts and now - self._starts[0] > RESTART_WINDOW_S:
-            self._starts.popleft()
-        if len(self._starts) > MAX_RESTARTS:
-            self._failed = f"{len(self._starts)} restarts within {RESTART_WINDOW_S:.0f}s; last: {reason}"
-            log.warning("engine pool of generation %d gives up: %s", self.gen, self._failed)
+        self._budget.last_error = reason
+        if not self._budget.spend():
+            self._failed = self._budget.exhausted(f"engine workers of generation {self.gen}")
+            log.warning("engine pool gives up: %s", self._failed)
             return
         log.warning("%s; starting it again", reason)
         self.restarts += 1
