@@ -5,5 +5,6 @@ carried effect an entry of one table, :mod:`.belief.effects`), ``leafhub.js`` (N
 those states and plays one turn of a joint action per leaf; its modules in ``leafhub/``),
 :mod:`.leaves` (its Python client), :mod:`.searcher` (per decision: belief, leaves, payoff
 tables), :mod:`.choice` (pure functions from payoff tables to an action), :mod:`.value` (leaf
-values from the agent's own network), :mod:`.player` (the network-free ``search`` opponent).
+values from the agent's own network), :mod:`.player` (the network-free ``search`` opponent);
+:mod:`.pokeengine` (a second engine over the same belief, read through ``describe.js``).
 """
