@@ -1,8 +1,8 @@
-"""search/belief.py: sampled states from the player's view, on real random battles.
+"""search/belief: sampled states from the player's view, on real random battles.
 
 A recording player samples states at every decision of a few real gen4 and gen9 random battles
 on the local server and checks each against what Showdown showed it: our side built exactly
-(leafhub.js's request equals the real one, field by field: belief.check_ours), the opponent's
+(leafhub.js's request equals the real one, field by field: check_ours), the opponent's
 revealed facts (species, level, moves seen, item, ability, tera, HP, status, boosts) in every
 state. Refusals are by name.
 """
@@ -14,8 +14,13 @@ import pytest
 from poke_env.player import MaxBasePowerPlayer, RandomPlayer
 
 from maple_async.pokeenv.players import player_kwargs, run_id
-from maple_async.search import belief
-from maple_async.search.belief import Refusal, build_states, check_ours, sample_states, to_id
+from maple_async.search.belief import Refusal, build_states, check_ours, sample_states
+from maple_async.search.belief.effects import ability_state, volatiles
+from maple_async.search.belief.opponent import UNKNOWN_ITEM, bench_level, known_opponents, preview_pool
+from maple_async.search.belief.ours import hidden_power, our_side
+from maple_async.search.belief.protocol import Protocol, parse_details, to_id
+from maple_async.search.belief.readers import LOCKED_MOVE, future_moves, locked_move
+from maple_async.search.belief.sampling import refuse_early, residual_pending
 from maple_async.search.leaves import LeafHub
 from maple_async.search.searcher import legal_choices
 
@@ -54,7 +59,7 @@ def check_opponent(battle, state) -> None:
         for m in mon.moves:
             assert m in moves or (m == "hiddenpower" and any(x.startswith("hiddenpower") for x in moves)), \
                 f"moves: {name}'s {m} not in {moves}"
-        if mon.item not in (belief.UNKNOWN_ITEM, None, ""):
+        if mon.item not in (UNKNOWN_ITEM, None, ""):
             assert to_id(s["item"]) == mon.item, f"item of {name}"
         if mon.item in (None, ""):
             assert patch.get("item") == "", f"item of {name}: gone, not {patch.get('item')!r}"
@@ -159,18 +164,18 @@ class FakeBattle:
 
 def test_refusals_are_named():
     fainted = {"forceSwitch": [True], "side": {"pokemon": [{"active": True, "condition": "0 fnt"}]}}
-    belief.refuse_early(FakeBattle(fainted), fainted)  # the switch after a faint is searched...
+    refuse_early(FakeBattle(fainted), fainted)  # the switch after a faint is searched...
     with pytest.raises(Refusal) as r:  # ... where the caller wants it
-        belief.refuse_early(FakeBattle(fainted), fainted, forced_switches=False)
+        refuse_early(FakeBattle(fainted), fainted, forced_switches=False)
     assert r.value.reason == "forced_switch"
     uturn = {"forceSwitch": [True], "side": {"pokemon": [{"active": True, "condition": "120/250"}]}}
     with pytest.raises(Refusal) as r:
-        belief.refuse_early(FakeBattle(uturn), uturn)
+        refuse_early(FakeBattle(uturn), uturn)
     assert r.value.reason == "midturn_switch"
-    belief.refuse_early(FakeBattle({}, fmt="gen9ou"), {"active": []})  # team formats are searched
+    refuse_early(FakeBattle({}, fmt="gen9ou"), {"active": []})  # team formats are searched
     recharge = {"active": [{"moves": [{"move": "Recharge", "id": "recharge"}]}], "side": {}}
     with pytest.raises(Refusal) as r:
-        belief.refuse_early(FakeBattle(recharge), recharge)
+        refuse_early(FakeBattle(recharge), recharge)
     assert r.value.reason == "recharge"
 
 
@@ -191,27 +196,27 @@ def test_an_opponent_that_disguises_or_transforms_is_refused(species, reason):
     for mon in battle.opponent_team.values():
         mon._active = True
     with pytest.raises(Refusal) as r:
-        belief.known_opponents(battle, belief.Protocol(battle))
+        known_opponents(battle, Protocol(battle))
     assert r.value.reason == reason
 
 
 def test_a_ditto_on_the_bench_is_a_plain_set_on_either_side():
     from poke_env.battle import Pokemon
     battle = FakeOpponents("ditto")  # not active: not transformed (poke-env undoes it on the switch out)
-    assert [k["species"] for k, *_ in belief.known_opponents(battle, belief.Protocol(battle))] == ["ditto"]
+    assert [k["species"] for k, *_ in known_opponents(battle, Protocol(battle))] == ["ditto"]
     for mon in battle.opponent_team.values():  # fainted while active: poke-env leaves it active
         mon._active = True
         mon.faint()
-    assert [k["species"] for k, *_ in belief.known_opponents(battle, belief.Protocol(battle))] == ["ditto"]
+    assert [k["species"] for k, *_ in known_opponents(battle, Protocol(battle))] == ["ditto"]
     ditto = {"ident": "p1: Ditto", "details": "Ditto, L88", "condition": "200/200", "active": False,
              "stats": {"atk": 100, "def": 100, "spa": 100, "spd": 100, "spe": 100}, "moves": ["transform"],
              "baseAbility": "imposter", "item": "choicescarf"}
     ours = FakeOpponents("pikachu")
     ours.get_pokemon = lambda ident: Pokemon(gen=9, species="ditto")
     ours.side_conditions, ours.player_username, ours.used_tera, ours.gen = {}, "us", False, 9
-    assert belief.our_side(ours, {"side": {"pokemon": [ditto]}}, belief.Protocol(ours))["team"][0]["species"] == "Ditto"
+    assert our_side(ours, {"side": {"pokemon": [ditto]}}, Protocol(ours))["team"][0]["species"] == "Ditto"
     with pytest.raises(Refusal) as r:
-        belief.our_side(ours, {"side": {"pokemon": [{**ditto, "active": True}]}}, belief.Protocol(ours))
+        our_side(ours, {"side": {"pokemon": [{**ditto, "active": True}]}}, Protocol(ours))
     assert r.value.reason == "ditto"
 
 
@@ -220,7 +225,7 @@ def test_our_zoroark_is_refused():
                                      "condition": "250/250", "active": True, "stats": {}, "moves": [],
                                      "baseAbility": "illusion", "item": ""}]}}
     with pytest.raises(Refusal) as r:
-        belief.our_side(FakeOpponents("pikachu"), request, belief.Protocol(FakeOpponents("pikachu")))
+        our_side(FakeOpponents("pikachu"), request, Protocol(FakeOpponents("pikachu")))
     assert r.value.reason == "illusion"
 
 
@@ -230,11 +235,11 @@ def test_a_transformed_active_is_refused():
     battle._replay_data = [["", "switch", "p2a: Mew", "Mew, L80", "100/100"],
                            ["", "-transform", "p2a: Mew", "p1a: Garchomp"], ["", "turn", "3"]]
     with pytest.raises(Refusal) as r:
-        belief.volatiles(Pokemon(gen=4, species="mew"), "p2", "Mew", belief.Protocol(battle), 4)
+        volatiles(Pokemon(gen=4, species="mew"), "p2", "Mew", Protocol(battle), 4)
     assert r.value.reason == "transform"
     # its target keeps nothing of it: our Garchomp is searched once the Mew has gone
     battle._replay_data[:0] = [["", "switch", "p1a: Garchomp", "Garchomp, L80", "100/100"]]
-    assert belief.volatiles(Pokemon(gen=4, species="garchomp"), "p1", "Garchomp", belief.Protocol(battle), 4) == {}
+    assert volatiles(Pokemon(gen=4, species="garchomp"), "p1", "Garchomp", Protocol(battle), 4) == {}
 
 
 def test_a_gen3_faint_before_the_residual_leaves_the_residual_to_come():
@@ -244,10 +249,10 @@ def test_a_gen3_faint_before_the_residual_leaves_the_residual_to_come():
     before = [["", "turn", "5"], ["", "move", "p2a: Snorlax", "Body Slam", "p1a: Jolteon"], ["", "faint", "p1a: Jolteon"]]
     after = before + [["", "-weather", "Sandstorm", "[upkeep]"], ["", "upkeep"]]
     forced = {"forceSwitch": [True]}
-    assert belief.residual_pending(B(3, before), forced, belief.Protocol(B(3, before)))
-    assert not belief.residual_pending(B(3, after), forced, belief.Protocol(B(3, after)))
-    assert not belief.residual_pending(B(4, before), forced, belief.Protocol(B(4, before)))
-    assert not belief.residual_pending(B(3, before), {"active": [{}]}, belief.Protocol(B(3, before)))
+    assert residual_pending(B(3, before), forced, Protocol(B(3, before)))
+    assert not residual_pending(B(3, after), forced, Protocol(B(3, after)))
+    assert not residual_pending(B(4, before), forced, Protocol(B(4, before)))
+    assert not residual_pending(B(3, before), {"active": [{}]}, Protocol(B(3, before)))
 
 
 class FakeReplay:
@@ -270,15 +275,15 @@ def test_a_paradox_boost_carries_its_stat_and_booster_energy_until_it_ends(boost
     want = {"bestStat": "spe", **({"fromBooster": True} if booster else {})}
     for effects in [("QUARK_DRIVE", "QUARKDRIVESPE"), ("QUARKDRIVESPE",), ("QUARK_DRIVE",)]:
         mon = _active("ironvaliant", *effects)
-        got = belief.volatiles(mon, "p2", "Iron Valiant", belief.Protocol(FakeReplay(lines)), 9)
+        got = volatiles(mon, "p2", "Iron Valiant", Protocol(FakeReplay(lines)), 9)
         assert got == {"quarkdrive": want}, effects
     # the terrain ended: poke-env keeps QUARKDRIVESPE until a switch, the state has no boost
     ended = lines + ["|-end|p2a: Iron Valiant|Quark Drive"]
     mon = _active("ironvaliant", "QUARKDRIVESPE")
-    assert belief.volatiles(mon, "p2", "Iron Valiant", belief.Protocol(FakeReplay(ended)), 9) == {}
+    assert volatiles(mon, "p2", "Iron Valiant", Protocol(FakeReplay(ended)), 9) == {}
     # a boost whose stat the protocol never named is refused by name
     with pytest.raises(Refusal) as r:
-        belief.volatiles(mon, "p2", "Iron Valiant", belief.Protocol(FakeReplay(lines[:2])), 9)
+        volatiles(mon, "p2", "Iron Valiant", Protocol(FakeReplay(lines[:2])), 9)
     assert r.value.reason == "volatile:quarkdrive"
 
 
@@ -287,13 +292,13 @@ def test_supreme_overlord_s_count_is_its_ability_state_from_this_switch_in():
              "|-activate|p1a: Kingambit|ability: Supreme Overlord",
              "|-start|p1a: Kingambit|fallen2|[silent]"]
     mon = _active("kingambit", "SUPREME_OVERLORD", "FALLEN2")
-    proto = belief.Protocol(FakeReplay(lines))
-    assert belief.volatiles(mon, "p1", "Kingambit", proto, 9) == {}
-    assert belief.ability_state(mon, "p1", "Kingambit", proto) == {"fallen": 2}
+    proto = Protocol(FakeReplay(lines))
+    assert volatiles(mon, "p1", "Kingambit", proto, 9) == {}
+    assert ability_state(mon, "p1", "Kingambit", proto) == {"fallen": 2}
     # a count from an earlier switch-in is not this one's
-    again = belief.Protocol(FakeReplay(lines + ["|switch|p1a: Kingambit|Kingambit, L50|50/100"]))
+    again = Protocol(FakeReplay(lines + ["|switch|p1a: Kingambit|Kingambit, L50|50/100"]))
     with pytest.raises(Refusal):
-        belief.ability_state(mon, "p1", "Kingambit", again)
+        ability_state(mon, "p1", "Kingambit", again)
 
 
 def test_glaive_rush_s_drawback_lasts_only_until_the_user_s_next_turn():
@@ -301,11 +306,11 @@ def test_glaive_rush_s_drawback_lasts_only_until_the_user_s_next_turn():
              "|move|p2a: Baxcalibur|Glaive Rush|p1a: Blissey", "|-singlemove|p2a: Baxcalibur|Glaive Rush|[silent]",
              "|turn|6"]
     mon = _active("baxcalibur", "GLAIVE_RUSH")
-    assert belief.volatiles(mon, "p2", "Baxcalibur", belief.Protocol(FakeReplay(lines)), 9) == {"glaiverush": {}}
+    assert volatiles(mon, "p2", "Baxcalibur", Protocol(FakeReplay(lines)), 9) == {"glaiverush": {}}
     # fully paralysed the turn after: Showdown dropped it before the move failed, poke-env kept it
     for stale in (lines + ["|cant|p2a: Baxcalibur|par", "|turn|7"],
                   lines + ["|cant|p2a: Baxcalibur|par"]):  # (our faint's switch before turn 7)
-        assert belief.volatiles(mon, "p2", "Baxcalibur", belief.Protocol(FakeReplay(stale)), 9) == {}
+        assert volatiles(mon, "p2", "Baxcalibur", Protocol(FakeReplay(stale)), 9) == {}
 
 
 def test_supreme_overlord_s_count_ended_by_a_changed_ability_is_refused():
@@ -313,7 +318,7 @@ def test_supreme_overlord_s_count_ended_by_a_changed_ability_is_refused():
              "|-start|p1a: Kingambit|fallen2|[silent]", "|-end|p1a: Kingambit|fallen2|[silent]"]
     mon = _active("kingambit", "SUPREME_OVERLORD", "FALLEN2")
     with pytest.raises(Refusal) as r:
-        belief.ability_state(mon, "p1", "Kingambit", belief.Protocol(FakeReplay(lines)))
+        ability_state(mon, "p1", "Kingambit", Protocol(FakeReplay(lines)))
     assert r.value.reason == "volatile:supreme_overlord"
 
 
@@ -325,25 +330,25 @@ class FakePreview:
 
 def test_team_preview_pool_keeps_the_unseen_and_refuses_a_hidden_zoroark():
     known = [({"species": "kingambit", "level": 50}, None, "Kingambit", "p2")]
-    pool = belief.preview_pool(FakePreview("kingambit", "gholdengo", "urshifu"), known)
+    pool = preview_pool(FakePreview("kingambit", "gholdengo", "urshifu"), known)
     assert [p["species"].lower().replace("-", "") for p in pool] == ["gholdengo", "urshifu"]
     with pytest.raises(Refusal) as r:
-        belief.preview_pool(FakePreview("kingambit", "zoroarkhisui"), known)
+        preview_pool(FakePreview("kingambit", "zoroarkhisui"), known)
     assert r.value.reason == "illusion"
-    assert belief.bench_level("gen9bssregi", known) == 50
-    assert belief.bench_level("gen4ou", []) == 100
-    assert belief.bench_level("gen9randombattle", known) is None
+    assert bench_level("gen9bssregi", known) == 50
+    assert bench_level("gen4ou", []) == 100
+    assert bench_level("gen9randombattle", known) is None
 
 
 def test_hidden_power_s_power_is_read_from_the_active_s_request():
     active = {"moves": [{"move": "Flamethrower", "id": "flamethrower"},
                         {"move": "Hidden Power Ice 70", "id": "hiddenpowerice"}]}
-    assert belief.hidden_power(active) == 70
-    assert belief.hidden_power({"moves": [{"move": "Hidden Power Ice", "id": "hiddenpowerice"}]}) is None
+    assert hidden_power(active) == 70
+    assert hidden_power({"moves": [{"move": "Hidden Power Ice", "id": "hiddenpowerice"}]}) is None
 
 
 def test_details_keep_shiny():
-    assert belief.parse_details("Ludicolo, L85, M, shiny") == {"species": "Ludicolo", "level": 85, "gender": "M",
+    assert parse_details("Ludicolo, L85, M, shiny") == {"species": "Ludicolo", "level": 85, "gender": "M",
                                                              "shiny": True}
 
 
@@ -353,7 +358,7 @@ def test_a_one_turn_activation_poke_env_keeps_needs_nothing(effect):
     item reveal: poke-env keeps them as effects until a switch; the state needs neither."""
     lines = ["|switch|p1a: Great Tusk|Great Tusk|100/100"]
     mon = _active("greattusk", effect)
-    assert belief.volatiles(mon, "p1", "Great Tusk", belief.Protocol(FakeReplay(lines)), 9) == {}
+    assert volatiles(mon, "p1", "Great Tusk", Protocol(FakeReplay(lines)), 9) == {}
 
 
 def test_a_changed_type_carries_its_types_and_the_ability_that_changed_it():
@@ -361,20 +366,20 @@ def test_a_changed_type_carries_its_types_and_the_ability_that_changed_it():
              "|move|p2a: Greninja|Grass Knot|p1a: Swampert",
              "|-start|p2a: Greninja|typechange|Grass|[from] ability: Protean"]
     mon = _active("greninja", "TYPECHANGE")
-    got = belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(lines)), 9)
+    got = volatiles(mon, "p2", "Greninja", Protocol(FakeReplay(lines)), 9)
     assert got == {"typechange": {"types": ["Grass"], "ability": "protean"}}
     # Protean stays spent after Soak (gen 9: once a switch-in)
-    got = belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(
+    got = volatiles(mon, "p2", "Greninja", Protocol(FakeReplay(
         lines + ["|-start|p2a: Greninja|typechange|Water"])), 9)
     assert got == {"typechange": {"types": ["Water"], "ability": "protean"}}
     soaked = ["|switch|p1a: Heatran|Heatran|100/100", "|-start|p1a: Heatran|typechange|Water"]
-    got = belief.volatiles(_active("heatran", "TYPECHANGE"), "p1", "Heatran", belief.Protocol(FakeReplay(soaked)), 9)
+    got = volatiles(_active("heatran", "TYPECHANGE"), "p1", "Heatran", Protocol(FakeReplay(soaked)), 9)
     assert got == {"typechange": {"types": ["Water"]}}
     # Reflect Type names no type; a change before this switch-in is not this one's
     for stale in (lines[:3] + ["|-start|p2a: Greninja|typechange|[from] move: Reflect Type|[of] p1a: Swampert"],
                   lines + ["|switch|p2a: Greninja|Greninja, L79|100/100"]):
         with pytest.raises(Refusal) as r:
-            belief.volatiles(mon, "p2", "Greninja", belief.Protocol(FakeReplay(stale)), 9)
+            volatiles(mon, "p2", "Greninja", Protocol(FakeReplay(stale)), 9)
         assert r.value.reason == "volatile:typechange"
 
 
@@ -383,22 +388,22 @@ def test_a_future_sight_on_its_way_counts_the_turn_ends_left_until_it_hits():
             "|move|p2a: Slowking|Future Sight|p1a: Garchomp", "|-start|p2a: Slowking|move: Future Sight",
             "|upkeep|"]
     want = {"move": "futuresight", "source": ["p2", "Slowking"]}
-    assert belief.future_moves(belief.Protocol(FakeReplay(used + ["|turn|6"])), 9) == {"p1": {**want, "residuals": 2}}
+    assert future_moves(Protocol(FakeReplay(used + ["|turn|6"])), 9) == {"p1": {**want, "residuals": 2}}
     later = used + ["|turn|6", "|switch|p2a: Blissey|Blissey|100/100", "|upkeep|", "|turn|7"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(later)), 9) == {"p1": {**want, "residuals": 1}}
+    assert future_moves(Protocol(FakeReplay(later)), 9) == {"p1": {**want, "residuals": 1}}
     hit = later + ["|-end|p1a: Garchomp|move: Future Sight", "|-damage|p1a: Garchomp|40/100", "|upkeep|", "|turn|8"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(hit)), 9) == {}
+    assert future_moves(Protocol(FakeReplay(hit)), 9) == {}
     # our Doom Desire in the bare words of gens 2-4 and base ('-start|...|Doom Desire'); its target
     # fainted: no '-end', gone all the same
     ours = ["|turn|2", "|move|p1a: Jirachi|Doom Desire|p2a: Blissey", "|-start|p1a: Jirachi|Doom Desire",
             "|upkeep|", "|turn|3"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(ours)), 5) == {
+    assert future_moves(Protocol(FakeReplay(ours)), 5) == {
         "p2": {"move": "doomdesire", "source": ["p1", "Jirachi"], "residuals": 2}}
     gone = ours + ["|upkeep|", "|turn|4", "|faint|p2a: Blissey", "|upkeep|", "|turn|5"]
-    assert belief.future_moves(belief.Protocol(FakeReplay(gone)), 4) == {}
+    assert future_moves(Protocol(FakeReplay(gone)), 4) == {}
     # gens 2-4 fixed the damage at use, against that turn's target: a state built later cannot know it
     with pytest.raises(Refusal) as r:
-        belief.future_moves(belief.Protocol(FakeReplay(ours)), 4)
+        future_moves(Protocol(FakeReplay(ours)), 4)
     assert r.value.reason == "future_move"
 
 
@@ -406,13 +411,13 @@ def test_heal_block_from_psychic_noise_lasts_two_turn_ends_and_the_move_s_is_ref
     lines = ["|switch|p1a: Blissey|Blissey|100/100", "|turn|4", "|move|p2a: Indeedee|Psychic Noise|p1a: Blissey",
              "|-damage|p1a: Blissey|80/100", "|-start|p1a: Blissey|move: Heal Block", "|upkeep|", "|turn|5"]
     mon = _active("blissey", "HEAL_BLOCK")
-    assert belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(lines)), 9) == {"healblock": {"duration": 1}}
+    assert volatiles(mon, "p1", "Blissey", Protocol(FakeReplay(lines)), 9) == {"healblock": {"duration": 1}}
     # a second Psychic Noise the next turn does not renew it (no second '-start')
     again = lines + ["|move|p2a: Indeedee|Psychic Noise|p1a: Blissey", "|-damage|p1a: Blissey|60/100"]
-    assert belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(again)), 9) == {"healblock": {"duration": 1}}
+    assert volatiles(mon, "p1", "Blissey", Protocol(FakeReplay(again)), 9) == {"healblock": {"duration": 1}}
     move = [x.replace("Psychic Noise", "Heal Block") for x in lines]
     with pytest.raises(Refusal) as r:
-        belief.volatiles(mon, "p1", "Blissey", belief.Protocol(FakeReplay(move)), 7)
+        volatiles(mon, "p1", "Blissey", Protocol(FakeReplay(move)), 7)
     assert r.value.reason == "volatile:heal_block"
 
 
@@ -423,9 +428,9 @@ def test_an_outrage_lock_carries_its_uses_and_ends_or_is_refused_by_the_protocol
                      "|upkeep|", "|turn|6"]
 
     def lock(lines, gen=9, status="", quiet=False):
-        proto = belief.Protocol(FakeReplay(lines))
+        proto = Protocol(FakeReplay(lines))
         i = proto.last(lambda m: m[1] == "move" and proto.mine(m, "p2", "Garchomp"))
-        return belief.locked_move(proto, i, gen, status, quiet)
+        return locked_move(proto, i, gen, status, quiet)
 
     assert lock(start) == {"move": "outrage", "used": 1}
     assert lock(again) == {"move": "outrage", "used": 2}
@@ -480,7 +485,7 @@ class LockTruth(MaxBasePowerPlayer):
         if theirs is None or theirs.last_request.get("rqid") != want:
             return super().choose_move(battle)
         moves = (theirs.last_request.get("active") or [{}])[0].get("moves", [])
-        locked = len(moves) == 1 and "maxpp" not in moves[0] and moves[0]["id"] in belief.LOCKED_MOVE
+        locked = len(moves) == 1 and "maxpp" not in moves[0] and moves[0]["id"] in LOCKED_MOVE
         try:
             b = await sample_states(self.hub, battle, 1, seed=battle.turn)
             side = b.states[0][battle.opponent_role]
@@ -511,7 +516,7 @@ def test_slow_start_counts_the_turn_ends_it_was_in_for_from_their_start():
     mon = _active("regigigas", "SLOW_START")
 
     def state(lines):
-        return belief.ability_state(mon, "p2", "Regigigas", belief.Protocol(FakeReplay(lines)))
+        return ability_state(mon, "p2", "Regigigas", Protocol(FakeReplay(lines)))
 
     assert state(lead) == {"counter": 5}
     assert state(lead + ["|upkeep|", "|turn|2", "|upkeep|", "|turn|3"]) == {"counter": 3}

@@ -27,9 +27,10 @@ from maple_async.collect.match import Match
 from maple_async.inference.policy import InferencePolicy
 from maple_async.learn import networks as nets
 from maple_async.obs import actions as act
+from maple_async.obs.encoding import snapshot
 from leaf_kill import kill_during_leaves
 from maple_async.search.leaves import Leaf
-from maple_async.search.value import DecisionValue, action_choice, snapshot
+from maple_async.search.value import DecisionValue, action_choice
 
 integration = [pytest.mark.integration,
                pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")]

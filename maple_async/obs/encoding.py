@@ -63,7 +63,10 @@ Actions (numbering, masks, orders, team preview picks) are :mod:`maple_async.obs
 
 from __future__ import annotations
 
+import copyreg
+import io
 import operator
+import pickle
 from typing import Optional
 
 import numpy as np
@@ -572,6 +575,24 @@ def _cached_teams(battle: Battle, changes: set) -> tuple:
             tw, (OWN_TEAM, OPP_TEAM)[s] + i * POKE_DIM, mons[s][i], raws[s][i],
             i == (ai, oi)[s], teams.away(s, i))
     return teams, (mons[0], ai, teams.sums(), len(mons[0]) - len(teams.benched), teams.n_seen)
+
+
+def _dropped(_obj):
+    return type(None), ()
+
+
+# The incremental encoder's cache rides in the battle's __dict__ (memoryviews: not picklable).
+_COPY_TABLE = {**copyreg.dispatch_table, _Teams: _dropped, memoryview: _dropped}
+
+
+def snapshot(battle: Battle) -> bytes:
+    """The battle pickled without the encoder's cache: each :func:`pickle.loads` of it gives a
+    copy, to be encoded in full (``incremental=False``)."""
+    buf = io.BytesIO()
+    p = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
+    p.dispatch_table = _COPY_TABLE
+    p.dump(battle)
+    return buf.getvalue()
 
 
 def opponent_team_size(battle: Battle) -> int:

@@ -77,7 +77,7 @@ class SearchStats:
 
 
 def legal_choices(request: dict) -> list[str]:
-    """Our choices in Showdown's words, as leafhub.js's legalChoices lists them."""
+    """Our choices in Showdown's words, as leafhub's legalChoices (leafhub/play.js) lists them."""
     switches = [f"switch {j + 1}" for j, p in enumerate(request["side"]["pokemon"])
                 if not p.get("active") and not p["condition"].endswith(" fnt") and not p.get("reviving")]
     if request.get("forceSwitch"):

@@ -26,15 +26,14 @@ from the agent's own :class:`~maple_async.obs.rewards.RewardTracker` (at an end:
 final reward, shaped change plus the win term, no value). :class:`LeafValues` carries both: the
 raw ``values`` (±1/0 at an end, else the value head) and the ``scores`` the search compares.
 
-Copies: the root battle is pickled once per decision and each leaf unpickles its own copy
-(about 0.25 ms, a quarter of ``copy.deepcopy``); the real battle is never touched.
+Copies: the root battle is pickled once per decision, without the encoder's cache
+(:func:`~maple_async.obs.encoding.snapshot`), and each leaf unpickles its own copy (about
+0.25 ms, a quarter of ``copy.deepcopy``); the real battle is never touched.
 """
 
 from __future__ import annotations
 
 import copy
-import copyreg
-import io
 import pickle
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -53,24 +52,6 @@ from .leaves import Leaf
 
 IGNORED = Player.MESSAGES_TO_IGNORE
 WIN = {"us": 1.0, "them": -1.0, "tie": 0.0}
-
-
-def _dropped(_obj):
-    return type(None), ()
-
-
-# The incremental encoder's cache rides in the battle's __dict__ (memoryviews: not picklable);
-# a copy is encoded in full (``incremental=False``), so it goes without it.
-_COPY_TABLE = {**copyreg.dispatch_table, enc._Teams: _dropped, memoryview: _dropped}
-
-
-def snapshot(battle) -> bytes:
-    """The battle pickled, without the encoder's cache: :func:`pickle.loads` gives a copy."""
-    buf = io.BytesIO()
-    p = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
-    p.dispatch_table = _COPY_TABLE
-    p.dump(battle)
-    return buf.getvalue()
 
 
 def apply_leaf(battle, lines: str, request: Optional[dict] = None) -> None:
@@ -211,7 +192,7 @@ class DecisionValue:
         self.policy = policy
         self.battle = battle
         self.root = root_step(policy, battle, h_before)
-        self.blob = snapshot(battle)
+        self.blob = enc.snapshot(battle)
         self.gamma = gamma
         self.tracker = None
         if reward_cfg is not None:
