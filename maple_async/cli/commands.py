@@ -70,6 +70,8 @@ def cmd_play(args) -> int:
     check_teams(cfg)
     replays = _replay_writer(args)
     search = _search_config(args, cfg)
+    if cfg.runner.opponent in opponents.SEARCH_NAMES:
+        _resolve_engine(cfg)
     code = run_async(run_play(cfg, args.battles, replays, args.policy, search=search))
     if replays is not None:
         print(f"[play] {replays.written} replays in {replays.folder}")
@@ -117,12 +119,21 @@ def eval_config(args) -> config_mod.Config:
 
 
 def _search_config(args, cfg):
-    """``--search``: the config's ``search`` section, or None without ``--search``."""
+    """``--search``: the config's ``search`` section (its engine settled), or None without
+    ``--search``."""
     if not args.search:
         return None
     for fmt in config_mod.formats(cfg.runner.battle_format):
         opponents.search_format(fmt)
+    _resolve_engine(cfg)
     return cfg.search
+
+
+def _resolve_engine(cfg) -> None:
+    """Settle ``search.engine`` for the formats played, building poke-engine where it is needed
+    (before any battle starts), for ``--search`` and for the ``search`` player."""
+    from ..search.engines import resolve
+    cfg.search = resolve(cfg.search, config_mod.formats(cfg.runner.battle_format))
 
 
 def cmd_eval(args) -> int:
@@ -135,6 +146,8 @@ def cmd_eval(args) -> int:
     against = opponents.eval_list(args.opponents or args.opponent)
     if args.baseline:
         opponents.baseline_player(args.baseline, against, cfg.runner.battle_format, args.search)
+    if args.baseline in opponents.SEARCH_NAMES or any(o.spec in opponents.SEARCH_NAMES for o in against):
+        _resolve_engine(cfg)
     check_teams(cfg, quiet=args.json == "-", many=True)
     if args.baseline:
         return run_async(evaluate.run_baseline_eval(cfg, args.baseline, against, args.battles,

@@ -20,9 +20,9 @@ from poke_env.battle import DoubleBattle
 from poke_env.player.battle_order import DefaultBattleOrder
 
 from ..inference.outside import OutsidePolicy
-from ..search.leaves import LeafHub
+from ..search.engines import make_searcher
 from ..search.player import ChoiceOrder
-from ..search.searcher import SearchConfig, Searcher
+from ..search.searcher import SearchConfig
 from ..search.value import NetworkValue
 from .agent import NO_ORDER, Agent
 
@@ -39,7 +39,7 @@ class SearchAgent(Agent):
         # an outside policy has no value head: its leaves keep their network-free values
         value = (None if isinstance(policy, OutsidePolicy)
                  else NetworkValue(policy, self._hidden_before, value_reward, value_gamma))
-        self.searcher = Searcher(LeafHub(), search_config, search_seed, value=value)
+        self.searcher = make_searcher(search_config, search_seed, value=value)
 
     @property
     def search_stats(self):
@@ -67,4 +67,4 @@ class SearchAgent(Agent):
         return ChoiceOrder(choice)
 
     async def close_search(self) -> None:
-        await self.searcher.hub.close()
+        await self.searcher.close()

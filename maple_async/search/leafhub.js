@@ -2,13 +2,15 @@
 // then play one turn of a joint action from a copy of a state, as often as asked.
 //
 // Newline-delimited JSON both ways; every request carries an "id" its answer repeats.
-//   {"id", "op": "build", "decision", "format", "us": "p1"|"p2", "states": [STATE, ...]}
+//   {"id", "op": "build", "decision", "format", "us": "p1"|"p2", "states": [STATE, ...], "describe": bool}
 //     -> {"id", "ok": true, "states": [{"request", "ours": [choice...], "theirs": [choice...],
-//         "attack": their strongest attack on our active (STRONGEST below), "" where none scores}]}
+//         "attack": their strongest attack on our active (STRONGEST below), "" where none scores,
+//         "snapshot": with "describe", the built battle in plain terms (leafhub/describe.js)}]}
 //   {"id", "op": "leaves", "decision", "leaves": [[state index, our choice, their choice, SEED], ...],
-//    "keep": bool}
-//     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value", "kept"} | {"error"}]}
-//        ("kept": with "keep", a live leaf's battle is kept under this number for "next")
+//    "keep": bool, "brief": bool}
+//     -> {"id", "ok": true, "leaves": [{"lines", "request", "ended", "winner", "value", "kept", "brief"} | {"error"}]}
+//        ("kept": with "keep", a live leaf's battle is kept under this number for "next"; "brief":
+//        with "brief", each side's species -> [hp, maxhp, fainted] after the turn)
 //   {"id", "op": "next", "decision", "leaves": [[kept number, our choice | null, SEED], ...], "keep": bool}
 //     -> as "leaves": the turn after a kept leaf; the opponent plays its strongest attack on our
 //        active (STRONGEST below), and so do we where our choice is null or refused ("fallback":

@@ -67,6 +67,7 @@ class BuiltState:
     ours: list[str]
     theirs: list[str]
     attack: str = ""  # their strongest attack on our active (the later turns' reply model)
+    snapshot: Optional[dict] = None  # asked to describe it: the battle in plain terms (describe.js)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Leaf:
     error: Optional[str] = None
     kept: Optional[int] = None  # asked to keep it (a live leaf): its number for :meth:`LeafHub.next`
     fallback: Optional[str] = None  # a later turn: why our choice was refused (our strongest attack played)
+    brief: Optional[list] = None  # asked for it: per side, species -> [hp, maxhp, fainted] after the turn
 
 
 class LeafHub:
@@ -125,20 +127,28 @@ class LeafHub:
         return self
 
     async def build(self, decision: str, format: str, states: Sequence[dict],
-                    us: str = "p1") -> list[BuiltState]:
-        """Build ``states`` (each a STATE of leafhub.js's format) under the name ``decision``."""
-        reply = await self._request({"op": "build", "decision": decision, "format": format,
-                                     "us": us, "states": list(states)})
-        return [BuiltState(s["request"], s["ours"], s["theirs"], s.get("attack", "")) for s in reply["states"]]
+                    us: str = "p1", describe: bool = False) -> list[BuiltState]:
+        """Build ``states`` (each a STATE of leafhub.js's format) under the name ``decision``;
+        ``describe``: each also comes back in plain terms (``BuiltState.snapshot``)."""
+        msg = {"op": "build", "decision": decision, "format": format, "us": us, "states": list(states)}
+        if describe:
+            msg["describe"] = True
+        reply = await self._request(msg)
+        return [BuiltState(s["request"], s["ours"], s["theirs"], s.get("attack", ""), s.get("snapshot"))
+                for s in reply["states"]]
 
     async def leaves(self, decision: str, leaves: Sequence[tuple[int, str, str, Seed]],
-                     keep: bool = False) -> list[Leaf]:
+                     keep: bool = False, brief: bool = False) -> list[Leaf]:
         """Play each (state index, our choice, their choice, seed) for one turn from a copy of
         the built state. A leaf the simulator refuses (a choice it does not allow) comes back
         with ``error`` set; the others are played. ``keep``: each live leaf's battle is kept
-        (``Leaf.kept``) for :meth:`next`, until the decision is dropped."""
-        reply = await self._request({"op": "leaves", "decision": decision, "keep": bool(keep),
-                                     "leaves": [[int(k), a, b, s] for k, a, b, s in leaves]})
+        (``Leaf.kept``) for :meth:`next`, until the decision is dropped; ``brief``: each says
+        what the turn left (``Leaf.brief``)."""
+        msg = {"op": "leaves", "decision": decision, "keep": bool(keep),
+               "leaves": [[int(k), a, b, s] for k, a, b, s in leaves]}
+        if brief:
+            msg["brief"] = True
+        reply = await self._request(msg)
         return [Leaf(**leaf) for leaf in reply["leaves"]]
 
     async def next(self, decision: str, leaves: Sequence[tuple[int, Optional[str], Seed]],

@@ -17,7 +17,7 @@ from poke_env.player.battle_order import BattleOrder
 
 from ..opponents import search_format
 from ..pokeenv.fastbattle import FastBattles
-from .leaves import LeafHub
+from .engines import make_searcher
 from .searcher import SearchConfig, Searcher
 
 
@@ -41,7 +41,7 @@ class SearchPlayer(SimpleHeuristicsPlayer):
     def _searcher(self) -> Searcher:
         s = self.__dict__.get("_maple_searcher")
         if s is None:
-            s = self.__dict__["_maple_searcher"] = Searcher(LeafHub(), self.search_config, self.search_seed)
+            s = self.__dict__["_maple_searcher"] = make_searcher(self.search_config, self.search_seed)
         return s
 
     @property
@@ -57,7 +57,7 @@ class SearchPlayer(SimpleHeuristicsPlayer):
     async def close_search(self) -> None:
         s = self.__dict__.get("_maple_searcher")
         if s is not None:
-            await s.hub.close()
+            await s.close()
 
 
 class SearchBaseline(FastBattles, SearchPlayer):

@@ -135,6 +135,9 @@ class Searcher:
         self._starting = asyncio.Lock()
         self.state_ms, self.leaf_ms = STATE_MS, LEAF_MS  # compute per state and per leaf, measured
 
+    async def close(self) -> None:
+        await self.hub.close()
+
     def plan(self, n_ours: int, n_theirs: Optional[int] = None, ranked: bool = False) -> tuple[int, int]:
         """(states, replies) whose compute fits ``budget_ms`` by the costs measured so far: the
         opponent's replies shrink first (to 3), then the states, then the replies to 1.

@@ -6,6 +6,7 @@ const {BadRequest, need, why} = require('./errors.js');
 const {patchBattle} = require('./patch.js');
 const {fitted, sample} = require('./sets.js');
 const {legalChoices, play, strongest} = require('./play.js');
+const {describe} = require('./describe.js');
 
 const decisions = new Map();  // decision -> {us, states: [{ser, usIndex}], kept: [{ser, usIndex}]}
 
@@ -65,6 +66,7 @@ function build(msg) {
         ours: legalChoices(battle.sides[usIndex]),
         theirs: legalChoices(battle.sides[1 - usIndex]),
         attack: strongest(battle, battle.sides[1 - usIndex], battle.sides[usIndex], ''),
+        ...(msg.describe ? {snapshot: describe(battle)} : {}),
       });
     } catch (err) {
       throw new BadRequest(`state ${k}: ${err.message}`);
@@ -74,13 +76,13 @@ function build(msg) {
   return {states: answer};
 }
 
-function leaf(decision, spec, keep) {
+function leaf(decision, spec, keep, withBrief) {
   need(Array.isArray(spec) && spec.length === 4, 'a leaf is [state, our choice, their choice, seed]');
   const [k, ours, theirs, seed] = spec;
   const st = decision.states[k];
   need(st, `no state ${k}`);
   need(typeof ours === 'string' && typeof theirs === 'string', 'a leaf names both choices');
-  return play(st, ours, theirs, seed, keep ? decision.kept : null);
+  return play(st, ours, theirs, seed, keep ? decision.kept : null, false, withBrief);
 }
 
 function nextLeaf(decision, spec, keep) {
@@ -120,7 +122,7 @@ function handle(line) {
     let body;
     switch (msg.op) {
     case 'build': body = build(msg); break;
-    case 'leaves': body = leaves(msg, (d, spec) => leaf(d, spec, msg.keep)); break;
+    case 'leaves': body = leaves(msg, (d, spec) => leaf(d, spec, msg.keep, !!msg.brief)); break;
     case 'next': body = leaves(msg, (d, spec) => nextLeaf(d, spec, msg.keep)); break;
     case 'sample': body = sample(msg); break;
     case 'drop': decisions.delete(msg.decision); body = {}; break;

@@ -3,6 +3,7 @@
 'use strict';
 const {PRNG, State, extractChannelMessages} = require('./sim.js');
 const {BadRequest, need} = require('./errors.js');
+const {brief} = require('./describe.js');
 
 const MAX_MIDTURN = 12;  // mid-turn requests answered within one leaf before it gives up
 
@@ -59,7 +60,7 @@ function choose(battle, side, choice, whose) {
 // One turn of a copy of ST ({ser, usIndex}) from both choices (null: STRONGEST); with KEPT (a
 // list), a live end state is kept in it and its number answered. FALLBACK: our choice, if the
 // simulator refuses it (a switch out of a trap our view did not show), gives way to STRONGEST.
-function play(st, ours, theirs, seed, kept, fallback = false) {
+function play(st, ours, theirs, seed, kept, fallback = false, withBrief = false) {
   const battle = State.deserializeBattle({...st.ser, log: []});
   battle.prng = new PRNG(Array.isArray(seed) ? seed.join(',') : seed);
   const us = battle.sides[st.usIndex];
@@ -92,6 +93,7 @@ function play(st, ours, theirs, seed, kept, fallback = false) {
     value: value(battle, st.usIndex),
   };
   if (refused) out.fallback = refused;
+  if (withBrief) out.brief = brief(battle);
   if (kept && !battle.ended) {
     const ser = State.serializeBattle(battle);
     ser.log = [];

@@ -212,18 +212,15 @@ class EnginePools:
         self._lock = asyncio.Lock()
 
     async def get(self, gen: int) -> EnginePool:
+        """The generation's pool; the first caller starts it, the others wait for that."""
         pool = self.pools.get(gen)
         if pool is not None and not pool.closed:
             return pool
         async with self._lock:
             pool = self.pools.get(gen)
             if pool is None or pool.closed:
-                pool = self.pools[gen] = EnginePool(gen, self.workers, self.home)
-                try:
-                    await pool.start()
-                except BaseException:
-                    del self.pools[gen]
-                    raise
+                pool = await EnginePool(gen, self.workers, self.home).start()
+                self.pools[gen] = pool
             return pool
 
     async def close(self) -> None:

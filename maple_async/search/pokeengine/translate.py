@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from ..belief import Refusal
 
-STATUS = {"": "none", "brn": "burn", "par": "paralyze", "slp": "sleep", "frz": "freeze", "psn": "poison",
+STATUS = {"": "none", "fnt": "none", "brn": "burn", "par": "paralyze", "slp": "sleep", "frz": "freeze", "psn": "poison",
           "tox": "toxic"}
 WEATHER = {"": "none", "sunnyday": "sun", "raindance": "rain", "sandstorm": "sand", "hail": "hail",
            "snowscape": "snow", "snow": "snow", "desolateland": "harshsun", "primordialsea": "heavyrain"}

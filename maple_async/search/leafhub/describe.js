@@ -1,5 +1,5 @@
 // A battle in plain terms: every fact a search engine other than Showdown needs to rebuild it,
-// read off a Showdown Battle (a built state, or a leaf's battle after its turn). No Showdown
+// read off a Showdown Battle (a built state: leafhub's "describe"; a leaf's turn: "brief"). No Showdown
 // object leaks out: effect states keep their numbers and strings, a source becomes its side and
 // team position.
 //
@@ -91,6 +91,12 @@ function requestKind(side) {
   return 'move';
 }
 
+// What a leaf's turn left, per side: species -> [hp, maxhp, fainted] (the agreement check's).
+function brief(battle) {
+  return battle.sides.map((side) => Object.fromEntries(
+    side.pokemon.map((p) => [p.species.id, [p.hp, p.maxhp, !!p.fainted]])));
+}
+
 function describe(battle) {
   return {
     gen: battle.gen,
@@ -117,4 +123,4 @@ function describe(battle) {
   };
 }
 
-module.exports = {describe};
+module.exports = {brief, describe};
