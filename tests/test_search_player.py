@@ -200,7 +200,7 @@ async def _play(url, fmt, n, kill_at=None):
     tag = run_id()
     me = make_baseline("search", url, f"sp{tag}a", 1, fmt, base=baseline_class(fmt))
     them = RandomPlayer(**player_kwargs(url, f"sp{tag}b", 1, fmt))
-    me.search_config = SearchConfig(states=1, replies=4)
+    me.search_config = SearchConfig(engine="showdown", states=1, replies=4)
     killed = []
     if kill_at is not None:
         kill_during_leaves(me._searcher().hub, lambda: me.search_stats.searched, kill_at, killed)
@@ -294,7 +294,7 @@ async def test_a_tiny_budget_plays_one_state_and_one_reply(showdown_url):
     fmt = "gen4randombattle"
     me = make_baseline("search", showdown_url, f"sb{tag}a", 1, fmt, base=baseline_class(fmt))
     them = RandomPlayer(**player_kwargs(showdown_url, f"sb{tag}b", 1, fmt))
-    me.search_config = SearchConfig(states=2, replies=6, budget_ms=1)
+    me.search_config = SearchConfig(engine="showdown", states=2, replies=6, budget_ms=1)
     try:
         # a random team with our Ditto or Zoroark is refused whole: play on, at most three battles
         for _ in range(3):

@@ -249,7 +249,8 @@ def _checkpoint(tmp_path):
 def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path, depth):
     path = _checkpoint(tmp_path)
     e = run_cli("eval", "--checkpoint", path, "--opponent", "random", "--battles", "2", "--search",
-                "--server", showdown_url, "--concurrency", "2", "--search.depth", str(depth))
+                "--server", showdown_url, "--concurrency", "2", "--search.depth", str(depth),
+                "--search.engine", "showdown")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
     assert "[eval] agent+search vs random (held out): win rate" in e.stdout and "over 2 battles" in e.stdout
     line = next(x for x in e.stdout.splitlines() if x.startswith("[eval] random: searched"))
@@ -324,7 +325,7 @@ async def test_a_killed_leaf_process_costs_one_search_and_the_policy_plays(showd
     from maple_async.collect.search_agent import SearchAgent
     from maple_async.search.searcher import SearchConfig
     policy, cfg = fresh_policy()
-    agent = SearchAgent(policy, BatcherConfig(), name="sa", search_config=SearchConfig(states=1, replies=4),
+    agent = SearchAgent(policy, BatcherConfig(), name="sa", search_config=SearchConfig(engine="showdown", states=1, replies=4),
                         value_reward=cfg.reward, value_gamma=cfg.ppo.gamma)
     hub = agent.searcher.hub
     killed: list = []

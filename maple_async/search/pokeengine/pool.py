@@ -138,7 +138,7 @@ class EnginePool:
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
         except (EOFError, OSError):
-            self._gone(w, "it exited")
+            self._gone(w, "exited")
 
     def _exit_reason(self, w: _Worker, why: str) -> str:
         code = None
