@@ -216,6 +216,9 @@ class SearchConfig:
                               "cargo); 'auto': poke-engine where it is built or cargo can build it, else "
                               "showdown", choices=SEARCH_ENGINES)
     engine_workers: int = key(0, "poke-engine worker processes per generation (0: one per core)", ge=0)
+    record: Optional[str] = key(None, "poke-engine: append each searched decision's first sampled state to this "
+                                      "JSON-lines file (the positions 'maple-async engine agree' compares "
+                                      "Showdown and the engine on)")
     states: int = key(2, "sampled battle states per decision", gt=0)
     replies: int = key(6, "the opponent's replies per state at most (its moves first, then switches)", gt=0)
     seeds: int = key(1, "leaves per joint action, each turn played with a fresh seed", gt=0)

@@ -167,8 +167,9 @@ def summary_lines(rows: list[Compared]) -> list[str]:
 
 
 async def compare_position(hub, pool, pos: dict, index: int, pairs: int, seeds: int, rng: random.Random,
-                           translate_fn) -> list[Compared]:
-    """Every drawn joint choice of one recorded position, played both ways."""
+                           translate_fn) -> tuple[Optional[dict], list[Compared]]:
+    """Every drawn joint choice of one recorded position, played both ways; also the built
+    state's snapshot (what the engine was given)."""
     decision = f"agree:{index}"
     built = await hub.build(decision, pos["format"], [pos["state"]], us=pos["us"], describe=True)
     try:
@@ -179,7 +180,7 @@ async def compare_position(hub, pool, pos: dict, index: int, pairs: int, seeds: 
         chosen = [(a, c) for a, c in draw_pairs(b.ours, b.theirs, pairs, rng)
                   if a in t.to_engine and (c in t.their_to_engine or c == "wait")]
         if not chosen:
-            return []
+            return snap, []
         specs = [(0, a, c, [rng.randrange(1 << 16) for _ in range(4)]) for a, c in chosen for _ in range(seeds)]
         leaves = await hub.leaves(decision, specs, brief=True)
         engine_pairs = [(t.to_engine[a], t.their_to_engine.get(c, "none")) for a, c in chosen]
@@ -197,4 +198,42 @@ async def compare_position(hub, pool, pos: dict, index: int, pairs: int, seeds: 
             sd.append(showdown_outcome(before, [g.brief[side_i] for g in got]))
             en.append(engine_outcome(before, key, reply["outcomes"][j]))
         out.append(Compared(pos["format"], index, a, c, sd, en, features(snap, us, a, c)))
-    return out
+    return snap, out
+
+
+async def compare(positions: list[dict], pairs: int, seeds: int, seed: int = 0, workers: int = 1,
+                  progress=None) -> tuple[list[Compared], list[dict], collections.Counter]:
+    """Every position compared: the rows, the corpus (each position's snapshot, side and joint
+    choices with Showdown's outcomes: what the tests replay against the engine alone) and the
+    positions the translation refused, by reason."""
+    from ..belief import Refusal
+    from ..engines import generations
+    from ..leaves import LeafHub
+    from .pool import EnginePool
+    from .translate import translate
+    rng = random.Random(seed)
+    rows: list[Compared] = []
+    corpus: list[dict] = []
+    refused: collections.Counter = collections.Counter()
+    pools: dict = {}
+    async with LeafHub() as hub:
+        try:
+            for i, pos in enumerate(positions):
+                gen = generations([pos["format"]])[0]
+                if gen not in pools:
+                    pools[gen] = await EnginePool(gen, workers).start()
+                try:
+                    snap, got = await compare_position(hub, pools[gen], pos, i, pairs, seeds, rng, translate)
+                except Refusal as r:
+                    refused[r.reason] += 1
+                    continue
+                rows += got
+                if got:
+                    corpus.append({"format": pos["format"], "us": pos["us"], "snapshot": snap,
+                                   "pairs": [r.to_json() for r in got]})
+                if progress is not None:
+                    progress(i + 1, len(positions), rows)
+        finally:
+            for pool in pools.values():
+                await pool.close()
+    return rows, corpus, refused

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
 import logging
 import time
 from typing import Optional
@@ -124,6 +125,8 @@ class EngineSearcher:
         if not translations:
             raise refusal or Refusal("our_choices", "no sampled state allows our real choices")
         await self._check_names(pool, translations)
+        if cfg.record:
+            self._record(fmt, battle.player_role, belief.states[0])
         share, score = await self.search(pool, translations, ours)
         prior = self.value.decision(battle).prior(ours) if self.value is not None else None
         pick = self.pick(ours, share, score, prior)
@@ -131,6 +134,10 @@ class EngineSearcher:
         self.stats.ms += (time.perf_counter() - t0) * 1000
         self.stats.compute_ms += sum(meter)
         return pick
+
+    def _record(self, fmt: str, us: str, state: dict) -> None:
+        with open(self.config.record, "a") as f:
+            f.write(json.dumps({"format": fmt, "us": us, "state": state}) + "\n")
 
     async def search(self, pool: EnginePool, translations: list[Translation], ours: list[str]):
         """Each state's tree search, for its share of the budget; returns per choice of ours the

@@ -106,7 +106,8 @@ def handle(pe, msg: dict, known: dict) -> dict:
         state = engine_state(pe, msg["state"])
         out = []
         for ours, theirs in msg["pairs"]:
-            outcomes = pe.generate_instructions(state, ours, theirs)
+            # the search names a switch "switch <species>", generate_instructions the species alone
+            outcomes = pe.generate_instructions(state, ours.removeprefix("switch "), theirs.removeprefix("switch "))
             out.append([(o.percentage, summary(state.apply_instructions(o))) for o in outcomes])
         return {"outcomes": out}
     if op == "names":
