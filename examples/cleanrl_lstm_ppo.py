@@ -1,5 +1,5 @@
 """Recurrent PPO (LSTM) in CleanRL's single-file style, on maple-async's asynchronous
-``BattlePool`` (``recv`` / ``send``), not its gym face.
+battle pool (``make_pool``: ``recv`` / ``send``), not its gym face.
 
 Modelled on CleanRL's ``ppo_atari_lstm.py``: the arguments at the top, an ``Agent`` with
 ``get_states`` / ``get_action_and_value``, rollout storage, GAE, and the loss terms by the
@@ -266,7 +266,7 @@ def gae(rewards, values, gamma, lam):
 
 
 def main(args: Args) -> None:
-    from maple_async.env import BattlePool
+    from maple_async.env import make_pool
     from maple_async.tools.evaluate import evaluate_policy
 
     random.seed(args.seed)
@@ -285,8 +285,8 @@ def main(args: Args) -> None:
     options = {"reward.hp": args.reward_hp, "reward.faint": args.reward_faint}
     for i, (opp, n) in enumerate(parse_mix(args.opponent, args.num_battles)):
         server = pools[0].server_url if pools else None
-        pools.append(BattlePool(args.battle_format, num_battles=n, opponent=opp, server=server,
-                                seed=args.seed + i, **options))
+        pools.append(make_pool(args.battle_format, num_battles=n, opponent=opp, server=server,
+                               seed=args.seed + i, **options))
     H = args.lstm_dim
     lstm_h = [np.zeros((p.num_envs, H), np.float32) for p in pools]
     lstm_c = [np.zeros((p.num_envs, H), np.float32) for p in pools]

@@ -1,6 +1,6 @@
 """sb3-contrib's MaskablePPO on maple-async battles, through the Stable-Baselines3 VecEnv face.
 
-``make_sb3_vec_env`` turns a ``BattlePool`` into an SB3 ``VecEnv`` (one env per battle slot;
+``make_sb3_vec_env`` turns a battle pool into an SB3 ``VecEnv`` (one env per battle slot;
 self-play by default: both sides of each battle). ``MaskablePPO("MlpPolicy", venv)`` reads the
 legal actions through ``env_method("action_masks")``. The face steps on the decision clock: a
 step holds every battle side that has a decision (a slot that waits, on a forced switch or

@@ -512,8 +512,9 @@ def all_keys() -> list[tuple[str, Any]]:
 
 
 def from_saved(data: dict[str, Any]) -> Config:
-    """Rebuild a Config saved inside a checkpoint."""
-    return validate(from_dict(data))
+    """Rebuild a Config saved inside a checkpoint: read, then validated as a loaded one is."""
+    cfg = from_dict(data)
+    return validate(cfg)
 
 
 _OPTION_SECTIONS = ("runner", "batcher", "reward", "server", "network")

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from maple_async.env import BattlePool, make_sb3_vec_env, make_vector_env
+from maple_async.env import BattlePool, make_pool, make_sb3_vec_env, make_vector_env
+from maple_async.env.api import PoolAPI
 from maple_async.obs import encoding as enc
 from maple_async.obs import actions as act
 from maple_async.obs.features import derive
@@ -278,8 +279,8 @@ def test_shards_behind_the_same_api():
     import multiprocessing as mp
     rng = np.random.default_rng(6)
     ids = set()
-    with BattlePool(num_battles=4, shards=2, batch_size=2) as pool:
-        assert type(pool).__name__ == "ShardedPool" and isinstance(pool, BattlePool)
+    with make_pool(num_battles=4, shards=2, batch_size=2) as pool:
+        assert type(pool).__name__ == "ShardedPool" and isinstance(pool, PoolAPI)
         assert pool.num_envs == 8
         play_until(pool, 4, rng, lambda o, r, t, u, info: ids.update(info["env_id"].tolist()))
         with pytest.raises(ValueError, match="does not exist"):

@@ -1,6 +1,6 @@
 """FastBattle / FastPokemon reach exactly poke-env's state on recorded real battles.
 
-The fixture (tests/data/battles.json.gz, from scripts/record_battles.py) holds every battle
+The fixture (tests/data/battles.json.gz, from tests/record_battles.py) holds every battle
 message one player received in 6 random battles. Both players below run poke-env's own
 message handling on them; only the battle classes differ. After every message, every slot of
 the battle and of every Pokémon and move in it must be equal.

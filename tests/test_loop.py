@@ -252,3 +252,21 @@ async def test_a_single_mix_sends_no_mix(tmp_path):
     tp = ScriptedTransport(total=16, per_wait=8, rng=np.random.default_rng(7))
     await asyncio.wait_for(LearningLoop(_cfg(tmp_path), "cpu", quiet=True, handle_signals=False).run(tp), 60)
     assert "mix" not in tp.started and not any("mix" in m for m in tp.published)
+
+
+def test_a_training_process_never_imports_the_search_package():
+    """What ``maple-async train`` imports (the command, the loop, its transports and shard
+    workers, the end-of-training evaluation) leaves ``maple_async.search`` unloaded: the
+    ``search`` baseline's player is imported only by a match that plays it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    modules = ["maple_async.cli", "maple_async.tools.train", "maple_async.run.loop", "maple_async.run.transports",
+               "maple_async.run.worker", "maple_async.showdown", "maple_async.inference.policy"]
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('maple_async.search')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]", p.stdout

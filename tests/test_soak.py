@@ -18,7 +18,7 @@ pytestmark = [
 def test_tables_and_rss_stay_bounded(transport):
     n = int(os.environ.get("MAPLE_SOAK_BATTLES", "10000"))
     every = max(n // 10, 100)
-    p = subprocess.run([sys.executable, "scripts/soak.py", "--battles", str(n), "--every", str(every),
+    p = subprocess.run([sys.executable, "tests/soak.py", "--battles", str(n), "--every", str(every),
                         "--concurrency", "64", "--transport", transport],
                        capture_output=True, text=True, timeout=4 * 3600)
     assert p.returncode == 0, p.stderr[-3000:]

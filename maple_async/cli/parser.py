@@ -84,10 +84,16 @@ def add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
                         "here: the checkpoint config's search section, the defaults unless it set them)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="maple-async", description=DESCRIPTION)
-    sub = p.add_subparsers(dest="command", required=True)
+def add_replays_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--replays", default=None, metavar="DIR",
+                   help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
 
+
+def add_run_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a training run folder (train.run_dir)")
+
+
+def server_parser(sub) -> None:
     s = sub.add_parser("server", help="install / start / stop / list managed Showdown servers")
     s.add_argument("action", choices=["install", "start", "stop", "status"])
     s.add_argument("--port", type=int, default=0, help="port (start: 0 = free port)")
@@ -95,25 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulators", type=int, default=0,
                    help="start: simulator processes (default 0: one per core, at most 8)")
 
+
+def play_parser(sub) -> None:
     pl = sub.add_parser("play", help="run battles with a network (no learning) and report throughput")
     pl.add_argument("--battles", type=int, default=200)
     pl.add_argument("--policy", default=None, metavar="MODULE:ATTR",
                     help="play an outside policy (module:attr or path/to/file.py:attr) instead of a "
                          "fresh network")
-    pl.add_argument("--replays", default=None, metavar="DIR",
-                    help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
+    add_replays_flag(pl)
     pl.add_argument("--search", action="store_true",
                     help="the network searches each decision on Showdown's simulator, its value head scoring "
                          "the leaves (a --policy: HP and Pokémon left score them; singles; what search refuses "
                          "the network plays; search.* keys)")
     add_config_flags(pl)
 
+
+def train_parser(sub) -> None:
     tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
     tr.add_argument("--resume", nargs="?", const="latest", default=None,
                     help="continue from a checkpoint (default: <run_dir>/latest.pt); the run's limits "
                          "(train.total_battles, total_decisions, max_minutes) count what it trained before")
     add_config_flags(tr)
 
+
+def pretrain_parser(sub) -> None:
     pt = sub.add_parser("pretrain", help="behaviour cloning from a baseline's decisions: a warm start for train")
     pt.add_argument("--teacher", default="heuristics", help="the baseline whose decisions are cloned "
                     "(random | max_power | heuristics; default heuristics)")
@@ -127,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--out", default=None, help="checkpoint path (default <run_dir>/pretrained.pt)")
     add_config_flags(pt, skip=("--opponent",))
 
+
+def eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="win rate (95%% CI) of a checkpoint against a baseline or checkpoint")
     ev.add_argument("--checkpoint", default=None, help="the checkpoint to evaluate (or --policy)")
     ev.add_argument("--policy", default=None, metavar="MODULE:ATTR",
@@ -143,8 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--opponent", default="random", help="one opponent (the same as --opponents X)")
     ev.add_argument("--json", default=None, help="write the results and ratings as JSON to PATH (- : stdout)")
     ev.add_argument("--battles", type=int, default=200)
-    ev.add_argument("--replays", default=None, metavar="DIR",
-                    help="write each battle as a replay (HTML + protocol log) into DIR (newest 1000 kept)")
+    add_replays_flag(ev)
     ev.add_argument("--greedy", action="store_true",
                     help="argmax actions (default: sample, as in training; greedy recurrent "
                          "policies can fall into deterministic switch loops)")
@@ -154,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "singles; what search refuses the policy plays; search.* keys)")
     add_config_flags(ev, skip=("--opponent",))
 
+
+def bench_parser(sub) -> None:
     be = sub.add_parser("bench", help="throughput vs the RandomPlayer ceiling on the same server, same run")
     be.add_argument("--seconds", type=float, default=30.0, help="measured window per phase")
     be.add_argument("--warmup", type=float, default=8.0,
@@ -189,17 +203,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help='e.g. "concurrency=8,32,128 max_wait_ms=0,2,10" (prints a table)')
     add_config_flags(be)
 
+
+def serve_parser(sub) -> None:
     sv = sub.add_parser("serve", help="log a checkpoint's agent in and accept challenges (a person or a bot)")
     sv.add_argument("--battles", type=int, default=0, help="stop after this many battles (default 0: never)")
     add_outside_flags(sv, concurrency=8)
 
+
+def ladder_parser(sub) -> None:
     ld = sub.add_parser("ladder", help="play rated battles on the server's ladder and print the rating")
     ld.add_argument("--battles", type=int, default=10)
     add_outside_flags(ld, concurrency=1)
 
+
+def curve_parser(sub) -> None:
     cu = sub.add_parser("curve", help="evaluate a run's saved checkpoints against baselines: win rate by "
                                       "training minutes, battle sides and decisions (RUN_DIR/curve.csv)")
-    cu.add_argument("run_dir", help="a training run folder (train.run_dir)")
+    add_run_dir(cu)
     cu.add_argument("--opponents", default="heuristics",
                     help="comma list of random | max_power | heuristics (each labelled held out / in "
                          "training from the run's mix)")
@@ -221,11 +241,24 @@ def build_parser() -> argparse.ArgumentParser:
                          "search.* keys)")
     add_config_flags(cu, skip=("--opponent",))
 
+
+def report_parser(sub) -> None:
     rp = sub.add_parser("report", help="draw a run's learning curves and evaluation table (PNG or HTML)")
-    rp.add_argument("run_dir", help="a training run folder (train.run_dir)")
+    add_run_dir(rp)
     rp.add_argument("--out", default=None, help="report.png (default: RUN_DIR/report.png) or report.html")
     rp.add_argument("--by-decisions", action="store_true",
                     help="only the curve by decisions trained on (maple-async curve --decisions), beside "
                          "the published curve of the same format and opponent where there is one")
 
+
+# One function per command, in the order --help lists them: each adds its parser and flags.
+COMMAND_PARSERS = (server_parser, play_parser, train_parser, pretrain_parser, eval_parser, bench_parser,
+                   serve_parser, ladder_parser, curve_parser, report_parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="maple-async", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="command", required=True)
+    for add_parser in COMMAND_PARSERS:
+        add_parser(sub)
     return p

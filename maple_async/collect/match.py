@@ -20,11 +20,18 @@ from typing import Optional, Union
 from ..opponents import SEARCH_NAMES
 from ..pokeenv.players import (PolicyPlayer, close_players, forfeit_unfinished, make_baseline,
                                make_teacher, player_kwargs, run_id)
-from ..search import player as search_player
 from ..teams import Teams
 from .agent import Agent
 
 log = logging.getLogger("maple_async.match")
+
+
+def _search_baseline(battle_format: str) -> type:
+    """The ``search`` opponent's player class, imported when a match plays it: a training
+    process never loads the search package."""
+    from ..search.player import baseline_class
+    return baseline_class(battle_format)
+
 
 @dataclass
 class Teacher:
@@ -78,7 +85,7 @@ class Match:
             elif isinstance(side, Teacher):
                 p = make_teacher(side.name, side.agent, label, url, name, concurrency, battle_format, team)
             else:
-                base = search_player.baseline_class(battle_format) if side in SEARCH_NAMES else None
+                base = _search_baseline(battle_format) if side in SEARCH_NAMES else None
                 p = make_baseline(side, url, name, concurrency, battle_format, team, sheets, base=base)
                 if base is not None and search is not None:
                     p.search_config = search

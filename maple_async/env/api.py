@@ -1,11 +1,10 @@
 """What every battle pool shares on the caller's side: ``send``'s checks, ``step`` and the
-context manager. :class:`~.local.LocalPool` (one process) and
+context manager. :class:`~.local.BattlePool` (one process) and
 :class:`~.shards.ShardedPool` (worker processes) each add how answers travel
 (``_forward``), ``recv``, resets, opponents, statistics and ``close``."""
 
 from __future__ import annotations
 
-import abc
 from typing import Any, Optional
 
 import numpy as np
@@ -16,7 +15,7 @@ def _flat(values) -> np.ndarray:
     return np.asarray(values).reshape(-1)
 
 
-class PoolAPI(abc.ABC):  # an ABC so that BattlePool can register ShardedPool
+class PoolAPI:
     """The caller's checks over a pool's slots; a subclass sets ``num_envs``,
     ``n_actions``, ``self_play`` and ``_outstanding`` (the slots with the caller: their
     mask, None for a terminal step) and defines ``_check`` and ``_forward``."""

@@ -43,7 +43,7 @@ def _opponent(spec: Any, cfg: config_mod.Config, device) -> tuple[str, Optional[
 
 class _Engine:
     """What runs on the pool's event loop thread: the server, the agent, the collector and
-    the slots. It holds no reference to its :class:`~.local.LocalPool`, so a pool its caller
+    the slots. It holds no reference to its :class:`~.local.BattlePool`, so a pool its caller
     forgot is collected, and its finalizer stops this."""
 
     def __init__(self, cfg: config_mod.Config, device, opp: tuple, num_battles: int, sides: int,

@@ -1,4 +1,4 @@
-"""The synchronous Gymnasium face of a :class:`~maple_async.env.pool.BattlePool`.
+"""The synchronous Gymnasium face of a battle pool (:func:`~maple_async.env.pool.make_pool`).
 
 Every step answers the slots the previous step returned and waits on the *decision clock*
 (``clock="decision"``, the default): until nothing more can come before it answers, i.e.
@@ -22,13 +22,14 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .pool import BattlePool
+from .api import PoolAPI
+from .pool import make_pool
 from .slots import padding_mask
 
 CLOCKS = ("decision", "flush")
 
 
-def resolve_clock(pool: BattlePool, clock: Optional[str]) -> str:
+def resolve_clock(pool: PoolAPI, clock: Optional[str]) -> str:
     """The face's clock: ``decision`` by default, ``flush`` for a sharded pool (whose
     shards each settle on their own)."""
     sharded = getattr(pool, "shards", 1) > 1
@@ -46,7 +47,7 @@ def resolve_clock(pool: BattlePool, clock: Optional[str]) -> str:
 class SyncSlots:
     """Every slot of a pool in lock step: what both synchronous faces share."""
 
-    def __init__(self, pool: BattlePool, obs_shape: tuple, obs_dtype=np.float32, clock: str = "decision"):
+    def __init__(self, pool: PoolAPI, obs_shape: tuple, obs_dtype=np.float32, clock: str = "decision"):
         self.pool = pool
         self.clock = clock
         n = pool.num_envs
@@ -124,14 +125,14 @@ def observation_space(pool) -> spaces.Space:
 
 
 class BattleVectorEnv(VectorEnv):
-    """``gymnasium.vector.VectorEnv`` over a :class:`BattlePool` (same arguments, and
+    """``gymnasium.vector.VectorEnv`` over a :func:`~.pool.make_pool` pool (same arguments, and
     ``clock``): observations ``Dict(observation, action_mask)``, actions
     ``Discrete(pool.n_actions)`` per slot (singles 32, doubles 53)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, *args, clock: Optional[str] = None, **kwargs):
-        self.pool = BattlePool(*args, **kwargs)
+        self.pool = make_pool(*args, **kwargs)
         clock = resolve_clock(self.pool, clock)
         obs_space = observation_space(self.pool)
         self.num_envs = self.pool.num_envs

@@ -1,11 +1,12 @@
-"""One process's battle pool: the caller's side of the slots, with EnvPool's asynchronous API.
+"""One process's battle pool (:class:`BattlePool`): the caller's side of the slots, with
+EnvPool's asynchronous API.
 
 The battles run exactly as in training: a :class:`~maple_async.collect.collector.Collector`
 plays lanes of matches on one event loop (uvloop, in a background thread: the
 :class:`~.engine._Engine`), each decision goes through an
 :class:`~maple_async.collect.agent.Agent` (encoding, masks, orders, rewards, re-requests,
 clean-up) and its batcher's flush rule. The only difference is the batcher: a flushed
-batch is handed to the caller (:meth:`LocalPool.recv`) instead of to a forward pass, and
+batch is handed to the caller (:meth:`BattlePool.recv`) instead of to a forward pass, and
 the caller's :meth:`~.api.PoolAPI.send` resolves it (:mod:`.slots`).
 
 Slots: in self-play battle ``b`` has slots ``2b`` (player 1) and ``2b + 1`` (player 2);
@@ -40,13 +41,30 @@ from .slots import Record
 SETTLE_GRACE_S = 2.0  # a settled recv with slots in hand returns after this long with nothing new
 
 
-class LocalPool(PoolAPI):
-    """A :class:`~.pool.BattlePool` in this process (``shards=1``): its arguments, and the
-    slots' records carried from the engine's thread to the caller's."""
+class BattlePool(PoolAPI):
+    """``num_battles`` battles in flight in this process, their sides handed to the caller
+    in batches. A subclass may override its methods (``recv``, ...); to run the battles in
+    worker processes, :func:`~.pool.make_pool` with ``shards=N`` builds a
+    :class:`~.shards.ShardedPool` of these instead.
+
+    ``opponent``: ``"self"`` (both sides are slots: ``2 * num_battles`` slots), a baseline
+    (``random``, ``max_power``, ``heuristics``), a checkpoint file, or a policy (an object
+    or ``"module:attr"``; see :mod:`maple_async.inference.outside`): ``num_battles`` slots.
+    ``batch_size``: ``recv`` returns exactly this many slots (fewer only on its timeout);
+    None: whatever the batcher's flush rule gathered (at least one slot).
+    ``teams``: a team file or folder (team formats). ``server``: a running server's URL
+    (default: a managed loopback server, started here and stopped by ``close()``).
+    ``embed_battle(battle) -> np.ndarray`` and ``observation_space``: your observation
+    instead of the encoder's; ``reward_fn(battle) -> float``: your reward of the step that
+    led to this state (default: the config's composite reward; without ``config``, the
+    presets' win 1, hp 0.1, faint 0.05). Both run on your thread, inside ``recv``.
+    ``config``: a preset (YAML path or Config); ``**options``: its keys (``max_wait_ms=5``,
+    ``"runner.seed"=1``, ...). ``shards``: 1 only (the battles run in this process).
+    """
 
     def __init__(self, battle_format: str = "gen9randombattle", num_battles: int = 64,
                  batch_size: Optional[int] = None, opponent: Any = "self", teams=None,
-                 server: Optional[str] = None, *, config=None,
+                 server: Optional[str] = None, *, shards: int = 1, config=None,
                  embed_battle: Optional[Callable] = None,
                  observation_space=None, reward_fn: Optional[Callable] = None, seed: Optional[int] = None,
                  device: str = "cpu", recv_timeout_s: float = 60.0, start_timeout_s: float = 300.0,
@@ -54,6 +72,9 @@ class LocalPool(PoolAPI):
         from ..inference.policy import resolve_device
         from ..teams import for_config
         self._closed = False
+        if shards != 1:
+            raise TypeError(f"{type(self).__name__} runs its battles in one process: "
+                            f"make_pool(..., shards={shards}) runs them in {shards} worker processes")
         if num_battles < 1:
             raise ValueError("num_battles must be >= 1")
         self.cfg = cfg = config_mod.for_pool(battle_format, num_battles, teams, server, seed, config, options)

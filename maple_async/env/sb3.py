@@ -1,4 +1,4 @@
-"""The Stable-Baselines3 face of a :class:`~maple_async.env.pool.BattlePool`.
+"""The Stable-Baselines3 face of a battle pool (:func:`~maple_async.env.pool.make_pool`).
 
 The synchronous face's lock-step (:class:`~maple_async.env.gym.SyncSlots`) with SB3's
 conventions: observations are the plain vector (``Box``), masks come from
@@ -18,16 +18,16 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
 from .gym import SyncSlots, observation_space, resolve_clock
-from .pool import BattlePool
+from .pool import make_pool
 
 
 class BattleSB3VecEnv(VecEnv):
-    """SB3 ``VecEnv`` over a :class:`BattlePool` (same arguments, and ``clock``: see
+    """SB3 ``VecEnv`` over a :func:`~.pool.make_pool` pool (same arguments, and ``clock``: see
     :mod:`maple_async.env.gym`). ``reset()`` may come at any time (SB3 calls it at every
     ``learn()``): the battles in flight end, new ones start, seeded by ``seed()``'s value."""
 
     def __init__(self, *args, clock: Optional[str] = None, **kwargs):
-        self.pool = BattlePool(*args, **kwargs)
+        self.pool = make_pool(*args, **kwargs)
         clock = resolve_clock(self.pool, clock)
         space = observation_space(self.pool)
         super().__init__(self.pool.num_envs, space, spaces.Discrete(self.pool.n_actions))

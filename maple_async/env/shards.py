@@ -1,6 +1,6 @@
-"""``BattlePool(..., shards=N)``: the battles in N spawned worker processes, one pool each.
+"""``make_pool(..., shards=N)``: the battles in N spawned worker processes, one pool each.
 
-Each worker runs an ordinary :class:`~maple_async.env.pool.BattlePool` (its own managed
+Each worker runs an ordinary :class:`~maple_async.env.local.BattlePool` (its own managed
 loopback server with its share of the simulators, or a given server that all share; its
 own event loop) behind one pipe: a
 batch its pool gathers goes to the parent at once as one message of arrays (one pickle per
@@ -29,7 +29,7 @@ import numpy as np
 from .. import procs
 from ..obs import games
 from .api import PoolAPI
-from .local import LocalPool as BattlePool  # a shard's own pool: one process (tests put a stand-in here)
+from .local import BattlePool  # a shard's own pool: one process (tests put a stand-in here)
 
 
 def _stopped(pool) -> bool:

@@ -21,7 +21,7 @@ A battle side's life in a slot:
 The counters that cross threads, each naming a caller's ``send`` by its sequence number
 (1, 2, ...):
 
-* ``LocalPool._sent`` (the caller's thread): the sends made so far.
+* ``BattlePool._sent`` (the caller's thread): the sends made so far.
 * ``_Slots.answered`` (the loop's thread): the latest send applied to the slots. It never
   decreases, and ``answered <= _sent`` (a send is counted before it is posted).
 * ``_Engine.settled_after`` (under the engine's condition): the latest send after which

@@ -13,8 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..learn.networks import PolicyNetwork, from_config, masked_logits
-from ..obs import games
+from ..learn.networks import PolicyNetwork, masked_logits
 from ..obs.features import Features, derive
 
 
@@ -92,10 +91,6 @@ def policy_from_checkpoint(path: str, device, greedy: bool = False, battle_forma
     """A checkpoint's network with its weights, as an :class:`InferencePolicy`, and the
     checkpoint's config. ``battle_format``: the format it will play (default: its own); a
     checkpoint of the other game type (singles, doubles) is refused."""
-    from ..config import from_saved
     from ..learn import checkpoint as ckpt
-    data = ckpt.load(path, battle_format)
-    cfg = from_saved(data["config"])
-    net = from_config(cfg.network, games.of_format(cfg.runner.battle_format))
-    ckpt.load_weights(net, data["learner"]["network"], path)
+    net, cfg = ckpt.load_network(path, battle_format)
     return InferencePolicy(net, device, greedy=greedy), cfg

@@ -1,4 +1,5 @@
-"""Checkpoint files: atomic writes, safe loads.
+"""Checkpoint files: atomic writes, safe loads, and what a loaded one is played with (its
+network with its weights, its run's config).
 
 A checkpoint holds only tensors and plain data (weights, optimizer state,
 counters, the run's config, the league's weights), so it loads with
@@ -16,8 +17,10 @@ from typing import Any, Optional
 
 import torch
 
+from ..config import Config, from_saved
 from ..errors import UserError
 from ..obs import games
+from . import networks as nets
 
 FORMAT = "maple-async/1"
 
@@ -77,3 +80,19 @@ def load_weights(network: torch.nn.Module, state_dict: dict, path: str | Path = 
         first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln or "Missing" in ln
                       or "Unexpected" in ln), str(e).splitlines()[0])
         raise CheckpointError(f"checkpoint {path} does not fit the configured network: {first}") from None
+
+
+def load_config(path: str | Path, battle_format: Optional[str] = None) -> Config:
+    """The config of the run a checkpoint comes from (the file checked as :func:`load` checks it)."""
+    return from_saved(load(path, battle_format)["config"])
+
+
+def load_network(path: str | Path, battle_format: Optional[str] = None) -> tuple[nets.PolicyNetwork, Config]:
+    """A checkpoint's network with its weights, and its run's config. ``battle_format``: the
+    format it will play (default: its own); a checkpoint of the other game type is refused."""
+    data = load(path, battle_format)
+    game = games.of_layout(data["layout"])  # the game its weights were trained for
+    cfg = from_saved(data["config"])
+    network = nets.from_config(cfg.network, game)
+    load_weights(network, data["learner"]["network"], path)
+    return network, cfg

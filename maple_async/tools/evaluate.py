@@ -239,7 +239,7 @@ def checkpoint_format(cfg, checkpoint: str, keep_teams: bool = False, quiet: boo
     """``cfg`` playing ``checkpoint``'s own format and, unless ``keep_teams``, its teams where
     they are here (not the default gen 9 one)."""
     from ..learn import checkpoint as ckpt
-    saved = config_mod.from_saved(ckpt.load(checkpoint)["config"]).runner
+    saved = ckpt.load_config(checkpoint).runner
     cfg.runner.battle_format = saved.battle_format
     if not keep_teams:
         cfg.runner.teams = config_mod.teams_here(saved.teams, saved.battle_format)

@@ -175,7 +175,7 @@ def outside_config(checkpoint: Optional[str], *, server: Optional[str], fmt: Opt
     server, format, teams, concurrency and device; a default config for an outside policy."""
     from .. import config as config_mod
     from ..learn import checkpoint as ckpt
-    cfg = config_mod.from_saved(ckpt.load(checkpoint)["config"]) if checkpoint else config_mod.Config()
+    cfg = ckpt.load_config(checkpoint) if checkpoint else config_mod.Config()
     cfg.server = config_mod.ServerConfig()
     if server:
         cfg.server.url = server

@@ -28,7 +28,7 @@ from .sweep import parse_sweep
 def with_checkpoint(cfg, path: str):
     """``cfg`` playing (and, with --learn, learning from) a checkpoint's network and weights."""
     from ...learn import checkpoint as ckpt
-    cfg.network = config_mod.from_saved(ckpt.load(path)["config"]).network
+    cfg.network = ckpt.load_config(path).network
     cfg.train.init = path
     return cfg
 

@@ -24,7 +24,7 @@ def _random_legal(masks: np.ndarray, rng) -> np.ndarray:
 def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: float = 3.0,
                  face: str = "async", server_pgid: Optional[int] = None, shards: int = 1,
                  opponent: str = "self") -> dict:
-    """maple-async's :class:`~maple_async.env.BattlePool` in self-play, stepped by a
+    """maple-async's battle pool (:func:`~maple_async.env.make_pool`) in self-play, stepped by a
     random-legal consumer in this thread through the async API (``face="async"``: ``recv``
     what is pending, ``send`` it back) or the synchronous Gymnasium face (``"sync"``: every
     slot, every step, on the decision clock; ``"sync-flush"``: on the flush clock). Decisions are Showdown requests answered (both sides); the window
@@ -32,14 +32,14 @@ def measure_pool(url: str, cfg, num_battles: int, seconds: float, warmup_s: floa
     ``shards`` > 1: the pool's shards (worker processes), all on the server at ``url``.
     ``opponent``: a baseline instead of self-play, whose decisions are not counted (as
     poke-env's single-agent set-ups count only the learning side's)."""
-    from ...env import BattlePool
+    from ...env import make_pool
     from ...env.gym import BattleVectorEnv
     from ...nodeproc import group_cpu_s
     rng = np.random.default_rng(0)
     kwargs = dict(battle_format=cfg.runner.battle_format, num_battles=num_battles, config=cfg,
                   server=url, shards=shards, opponent=opponent)
     env = BattleVectorEnv(clock="flush" if face == "sync-flush" else None, **kwargs) if face != "async" else None
-    pool = env.pool if env is not None else BattlePool(**kwargs)
+    pool = env.pool if env is not None else make_pool(**kwargs)
     try:
         if env is not None:
             obs, _info = env.reset()

@@ -2,7 +2,7 @@
 """Soak: N self-play battles on one managed server or the simulator transport; prints RSS
 and table sizes every 1k.
 
-    .venv/bin/python scripts/soak.py --battles 10000 --concurrency 64 [--transport simulator]
+    .venv/bin/python tests/soak.py --battles 10000 --concurrency 64 [--transport simulator]
 
 Tables watched: per-battle hidden states, live bookkeeping, pending batcher requests,
 poke-env's Player.battles (kept forever by poke-env unless dropped; we drop finished

@@ -1,8 +1,8 @@
 """CPU seconds of one PPO update (Learner.update) on 128 fake battle sides whose lengths
 follow a real run's battles, so learner changes are compared without a server.
 
-    .venv/bin/python scripts/learner_bench.py [--hidden 128] [--epochs 3] [--minibatch 16]
-    PYTHONPATH=OTHER_TREE .venv/bin/python scripts/learner_bench.py   # another checkout
+    .venv/bin/python benchmarks/learner_bench.py [--hidden 128] [--epochs 3] [--minibatch 16]
+    PYTHONPATH=OTHER_TREE .venv/bin/python benchmarks/learner_bench.py   # another checkout
 
 Process time (not wall time): steadier beside other work on a small shared machine."""
 

@@ -2,7 +2,7 @@
 maple-async takes (docs/doubles.md): legal actions per slot and legal pairs per turn on
 real battles, the mask work for each, and a forward pass with each head size.
 
-    .venv/bin/python scripts/doubles_factorisation.py [--battles 64] [--format gen9randomdoublesbattle]
+    .venv/bin/python benchmarks/doubles_factorisation.py [--battles 64] [--format gen9randomdoublesbattle]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where the CPU of a battle goes, on each transport: Showdown's simulator processes, its other
 processes (main, sockets, team validator, ...), and this process, per battle and per decision.
 
-    .venv/bin/python scripts/transport_split.py [--config config/default.yaml] [--checkpoint A.pt]
+    .venv/bin/python benchmarks/transport_split.py [--config config/default.yaml] [--checkpoint A.pt]
         [--seconds 30] [--warmup 10] [--repeats 2]
 
 maple-async self-play (one agent, both sides) at runner.concurrency, a window per transport

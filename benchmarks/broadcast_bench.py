@@ -8,8 +8,8 @@ as it is (torch tensors: shared-memory file descriptors fetched from the learner
 resource-sharer thread), ``--wire bytes`` as the transport sends it (one pickle of numpy
 arrays per broadcast).
 
-    python scripts/broadcast_bench.py --wire tensors
-    python scripts/broadcast_bench.py --wire bytes
+    python benchmarks/broadcast_bench.py --wire tensors
+    python benchmarks/broadcast_bench.py --wire bytes
 """
 
 import argparse

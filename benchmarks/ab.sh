@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# A lever's A/B (issue 52): each arm trains CONFIG once per seed, one run at a time (two at
+# A lever's A/B: each arm trains CONFIG once per seed, one run at a time (two at
 # once would halve each other's speed), then evaluates against the held-out heuristics bot
 # (train.eval_*), and the table of every run's figures is printed from the eval.json files.
 #
-#   scripts/ab.sh CONFIG OUT "NAME|WORKTREE|EXTRA ARGS" "NAME|WORKTREE|EXTRA ARGS" [SEEDS]
+#   benchmarks/ab.sh CONFIG OUT "NAME|WORKTREE|EXTRA ARGS" "NAME|WORKTREE|EXTRA ARGS" [SEEDS]
 #
 # WORKTREE: the code the arm runs (a git worktree of a branch, or . for this one); EXTRA
 # ARGS: config overrides of that arm. SEEDS: default "1 2". Runs go to OUT/NAME-sSEED;
 # a run whose eval.json exists is not run again (an interrupted A/B continues).
-# e.g. scripts/ab.sh config/gen4random.yaml /tmp/ab "base|.|" "sets|../sets|"
+# e.g. benchmarks/ab.sh config/gen4random.yaml /tmp/ab "base|.|" "sets|../sets|"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${MAPLE_VENV:-$PWD/.venv}/bin/python

@@ -1,6 +1,6 @@
 """Record the raw messages one player receives in a few random battles, for replay tests.
 
-    python scripts/record_battles.py tests/data/battles.json.gz [n_battles]
+    python tests/record_battles.py tests/data/battles.json.gz [n_battles]
 
 Starts its own local Showdown. Each record is one websocket message of a battle room, split
 the way poke-env splits it (``[line.split("|") for line in message.split("\\n")]``).
