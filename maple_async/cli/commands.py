@@ -247,9 +247,26 @@ def cmd_ladder(args) -> int:
     return _outside(args, "ladder")
 
 
+def cmd_engine(args) -> int:
+    from ..search.pokeengine import build
+    home = Path(args.home) if args.home else None
+    if args.action == "install":
+        for gen in _numbers(args.gens, "--gens", int, "generations, e.g. 1,4,9") or []:
+            print(f"[engine] generation {gen}: {build.ensure(gen, home)}")
+    elif args.action == "status":
+        print(f"[engine] poke-engine {build.ENGINE_VERSION} in {build.engine_root(home)}; cargo: "
+              f"{build.cargo() or 'not found (install Rust to build the engine)'}")
+        for gen in build.GENERATIONS:
+            print(f"[engine] generation {gen}: {'built' if build.installed(gen, home) else 'not built'}")
+    else:
+        from ..tools.agree import run_agree
+        return run_async(run_agree(args))
+    return 0
+
+
 COMMANDS = {"server": cmd_server, "play": cmd_play, "train": cmd_train, "pretrain": cmd_pretrain,
             "eval": cmd_eval, "bench": cmd_bench, "serve": cmd_serve, "ladder": cmd_ladder,
-            "curve": cmd_curve, "report": cmd_report}
+            "curve": cmd_curve, "report": cmd_report, "engine": cmd_engine}
 
 
 def _sigterm_as_interrupt(signum, frame):

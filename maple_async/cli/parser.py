@@ -252,8 +252,24 @@ def report_parser(sub) -> None:
 
 
 # One function per command, in the order --help lists them: each adds its parser and flags.
+def engine_parser(sub) -> None:
+    e = sub.add_parser("engine", help="poke-engine, search's fast engine: build it per generation, show what is "
+                                      "built, measure its agreement with Showdown")
+    e.add_argument("action", choices=["install", "status", "agree"])
+    e.add_argument("--gens", default="4,9", help="install: the generations to build (default: 4,9)")
+    e.add_argument("--home", default=None, help="install folder (default ~/.cache/maple-async)")
+    e.add_argument("positions", nargs="*", help="agree: JSON-lines files of positions (written by search.record)")
+    e.add_argument("--pairs", type=int, default=4, help="agree: joint choices drawn per position (default: 4)")
+    e.add_argument("--seeds", type=int, default=200,
+                   help="agree: times Showdown plays each joint choice (default: 200)")
+    e.add_argument("--seed", type=int, default=1, help="agree: the draws' seed (default: 1)")
+    e.add_argument("--json", default=None, metavar="PATH", help="agree: every compared joint choice, as JSON")
+    e.add_argument("--corpus", default=None, metavar="PATH",
+                   help="agree: the positions with Showdown's outcomes, for the engine alone to replay (tests)")
+
+
 COMMAND_PARSERS = (server_parser, play_parser, train_parser, pretrain_parser, eval_parser, bench_parser,
-                   serve_parser, ladder_parser, curve_parser, report_parser)
+                   serve_parser, ladder_parser, curve_parser, report_parser, engine_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
