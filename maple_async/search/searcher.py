@@ -118,6 +118,40 @@ def their_choices(battle) -> int:
     return moves + max(TEAM - 1 - fainted, 0)
 
 
+async def counted(searcher, battle) -> Optional[str]:
+    """``searcher.choose(battle)``, counted in ``searcher.stats``: None when the search refused
+    the decision (by reason) or failed (the leaf process died: started again for the next
+    decision; a request it refused; an error that names its ``kind``, as the engine's do;
+    anything else, by type), and the caller plays its own choice."""
+    stats = searcher.stats
+    stats.decisions += 1
+    hub = searcher.hub
+    try:
+        if not hub.alive:
+            async with searcher._starting:
+                if not hub.alive:
+                    await hub.start()
+        return await searcher.choose(battle)
+    except Refusal as r:
+        stats.refused[r.reason] += 1
+        stats.examples[r.reason] = str(r)
+        log.debug("search refused: %s", r)
+    except LeafHubDied as e:
+        stats.failed["hub_died"] += 1
+        stats.examples["hub_died"] = str(e)
+        log.warning("search: the leaf process died (%s); the player's own choice plays this decision", e)
+    except LeafHubError as e:
+        stats.failed["hub_refused"] += 1
+        stats.examples["hub_refused"] = str(e)
+        log.debug("search: %s", e)
+    except Exception as e:  # a searcher bug costs one decision's search, not the battle
+        kind = getattr(e, "kind", None) or type(e).__name__
+        stats.failed[kind] += 1
+        stats.examples[kind] = f"{e!r}"
+        log.warning("search failed (%s: %s); the player's own choice plays this decision", kind, e)
+    return None
+
+
 class Searcher:
     """Searches decisions on one :class:`LeafHub` (started by the caller)."""
 
@@ -170,35 +204,7 @@ class Searcher:
         return total
 
     async def try_choose(self, battle) -> Optional[str]:
-        """:meth:`choose`, counted: None when the search refused the decision (by reason) or
-        failed (the leaf process died: started again for the next decision; a request it
-        refused; anything else), and the caller plays its own choice."""
-        stats = self.stats
-        stats.decisions += 1
-        try:
-            if not self.hub.alive:
-                async with self._starting:
-                    if not self.hub.alive:
-                        await self.hub.start()
-            return await self.choose(battle)
-        except Refusal as r:
-            stats.refused[r.reason] += 1
-            stats.examples[r.reason] = str(r)
-            log.debug("search refused: %s", r)
-        except LeafHubDied as e:
-            stats.failed["hub_died"] += 1
-            stats.examples["hub_died"] = str(e)
-            log.warning("search: the leaf process died (%s); the player's own choice plays this decision", e)
-        except LeafHubError as e:
-            stats.failed["hub_refused"] += 1
-            stats.examples["hub_refused"] = str(e)
-            log.debug("search: %s", e)
-        except Exception as e:  # a searcher bug costs one decision's search, not the battle
-            stats.failed[type(e).__name__] += 1
-            stats.examples[type(e).__name__] = f"{e!r}"
-            log.warning("search failed (%s: %s); the player's own choice plays this decision",
-                        type(e).__name__, e)
-        return None
+        return await counted(self, battle)
 
     async def choose(self, battle) -> str:
         """Our choice for the battle's current request; raises Refusal or a LeafHubError."""

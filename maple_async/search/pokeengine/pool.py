@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ... import procs
 from ...nodeproc import RestartBudget

@@ -27,9 +27,9 @@ import numpy as np
 
 from ...config import SearchConfig
 from ..belief import Refusal, check_ours, sample_states
-from ..leaves import LeafHub, LeafHubDied, LeafHubError, metered
-from ..searcher import SearchStats, legal_choices
-from .pool import EngineDied, EngineError, EnginePool
+from ..leaves import LeafHub, metered
+from ..searcher import SearchStats, counted, legal_choices
+from .pool import EngineDied, EnginePool
 from .translate import Translation, translate
 
 log = logging.getLogger("maple_async.search.engine")
@@ -57,36 +57,9 @@ class EngineSearcher:
         await self.pools.close()
 
     async def try_choose(self, battle) -> Optional[str]:
-        """:meth:`choose`, counted: None when the search refused or failed the decision."""
-        stats = self.stats
-        stats.decisions += 1
-        try:
-            if not self.hub.alive:
-                async with self._starting:
-                    if not self.hub.alive:
-                        await self.hub.start()
-            return await self.choose(battle)
-        except Refusal as r:
-            stats.refused[r.reason] += 1
-            stats.examples[r.reason] = str(r)
-            log.debug("search refused: %s", r)
-        except EngineError as e:
-            stats.failed[e.kind] += 1
-            stats.examples[e.kind] = str(e)
-            log.warning("search: %s; the player's own choice plays this decision", e)
-        except LeafHubDied as e:
-            stats.failed["hub_died"] += 1
-            stats.examples["hub_died"] = str(e)
-            log.warning("search: the leaf process died (%s); the player's own choice plays this decision", e)
-        except LeafHubError as e:
-            stats.failed["hub_refused"] += 1
-            stats.examples["hub_refused"] = str(e)
-        except Exception as e:  # a searcher bug costs one decision's search, not the battle
-            stats.failed[type(e).__name__] += 1
-            stats.examples[type(e).__name__] = f"{e!r}"
-            log.warning("search failed (%s: %s); the player's own choice plays this decision",
-                        type(e).__name__, e, exc_info=log.isEnabledFor(logging.DEBUG))
-        return None
+        """:meth:`choose`, counted: None when the search refused or failed the decision (an
+        engine's fault by its kind: ``engine_panic``, ``engine_hang``, ``engine_died``)."""
+        return await counted(self, battle)
 
     async def choose(self, battle) -> str:
         t0 = time.perf_counter()

@@ -76,13 +76,15 @@ APPROXIMATED = {
 }
 
 
-@dataclass
 class Side:
-    """One side's part of a SPEC under construction."""
-    spec: dict = field(default_factory=dict)
-    volatiles: set = field(default_factory=set)
-    durations: dict = field(default_factory=dict)
-    conditions: dict = field(default_factory=dict)
+    """One side's part of a SPEC under construction: its fields, the active's volatile names
+    and their durations, its side conditions."""
+
+    def __init__(self):
+        self.spec: dict = {}
+        self.volatiles: set = set()
+        self.durations: dict = {}
+        self.conditions: dict = {}
 
 
 @dataclass
