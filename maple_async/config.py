@@ -216,6 +216,9 @@ class SearchConfig:
                               "cargo); 'auto': poke-engine where it is built or cargo can build it, else "
                               "showdown", choices=SEARCH_ENGINES)
     engine_workers: int = key(0, "poke-engine worker processes per generation (0: one per core)", ge=0)
+    iterations: int = key(0, "poke-engine: tree-search iterations per sampled state instead of a time budget "
+                             "(the same search on any machine, however loaded); 0: search.budget_ms decides",
+                          ge=0)
     record: Optional[str] = key(None, "poke-engine: append each searched decision's first sampled state to this "
                                       "JSON-lines file (the positions 'maple-async engine agree' compares "
                                       "Showdown and the engine on)")

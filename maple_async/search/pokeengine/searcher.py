@@ -34,6 +34,9 @@ from .translate import Translation, translate
 
 log = logging.getLogger("maple_async.search.engine")
 MIN_STATE_MS = 5
+# Tree-search iterations a millisecond on a loaded 2-core machine, at the slowest seen (gen 9,
+# six Pokémon a side): what a count of iterations is given as time before its deadline passes.
+SLOWEST_ITERATIONS_PER_MS = 20
 
 
 class EngineSearcher:
@@ -117,8 +120,10 @@ class EngineSearcher:
         visit share summed over the states (each state's shares sum to 1) and the mean score."""
         cfg = self.config
         ms = max(int((cfg.budget_ms or 100.0) / len(translations)), MIN_STATE_MS)
+        if cfg.iterations:  # a count, not a clock: its deadline from the engine's slowest rate seen here
+            ms = max(ms, int(cfg.iterations / SLOWEST_ITERATIONS_PER_MS))
         replies = await asyncio.gather(*(
-            pool.request({"op": "mcts", "state": t.spec, "ms": ms, "iterations": 0, "threads": 1},
+            pool.request({"op": "mcts", "state": t.spec, "ms": ms, "iterations": cfg.iterations, "threads": 1},
                          budget_s=ms / 1000, worker=k) for k, t in enumerate(translations)))
         share = np.zeros(len(ours))
         scores = np.zeros(len(ours))
