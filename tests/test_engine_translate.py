@@ -171,3 +171,93 @@ def test_names_the_engine_is_asked_about():
     names = tr.translate(snap(), "p1").names
     assert names["pokemon"] == ["blissey", "gyarados", "pikachu", "snorlax"]
     assert "hiddenpowerdark70" in names["move"] and "leftovers" in names["item"]
+
+
+# -- the carried-effects table's engine column: one case per entry ------------------------------
+# entry name -> (what the built state holds, given as keyword changes to our active / side /
+# field, and what the engine's side one (or state) must hold then)
+def _active(**kw):
+    return {"p1": [mon(active=True, **kw)]}
+
+
+ENGINE_CASES = {
+    "substitute": (_active(volatiles={"substitute": {"hp": 40}}), {"substitute_health": 40, "vol": "SUBSTITUTE"}),
+    "confusion": (_active(volatiles={"confusion": {"time": 3}}), {"vol": "CONFUSION", "dur": ("confusion", 3)}),
+    "leechseed": (_active(volatiles={"leechseed": {}}), {"vol": "LEECHSEED"}),
+    "taunt": (_active(volatiles={"taunt": {"duration": 2}}), {"vol": "TAUNT", "dur": ("taunt", 2)}),
+    "yawn": (_active(volatiles={"yawn": {"duration": 1}}), {"vol": "YAWN", "dur": ("yawn", 1)}),
+    "magnetrise": (_active(volatiles={"magnetrise": {"duration": 4}}), {"vol": "MAGNETRISE"}),
+    "focusenergy": (_active(volatiles={"focusenergy": {}}), {"vol": "FOCUSENERGY"}),
+    "aquaring": (_active(volatiles={"aquaring": {}}), {"vol": "AQUARING"}),
+    "ingrain": (_active(volatiles={"ingrain": {}}), {"vol": "INGRAIN"}),
+    "curse": (_active(volatiles={"curse": {}}), {"vol": "CURSE"}),
+    "nightmare": (_active(volatiles={"nightmare": {}}), {"vol": "NIGHTMARE"}),
+    "flashfire": (_active(volatiles={"flashfire": {}}), {"vol": "FLASHFIRE"}),
+    "attract": (_active(volatiles={"attract": {"source": ["p2", 0]}}), {"vol": "ATTRACT"}),
+    "charge": (_active(volatiles={"charge": {"duration": 2}}), {"vol": "CHARGE"}),
+    "saltcure": (_active(volatiles={"saltcure": {}}), {"vol": "SALTCURE"}),
+    "throatchop": (_active(volatiles={"throatchop": {"duration": 2}}), {"vol": "THROATCHOP"}),
+    "glaiverush": (_active(volatiles={"glaiverush": {"duration": 2}}), {"vol": "GLAIVERUSH"}),
+    "healblock": (_active(volatiles={"healblock": {"duration": 2}}), {"vol": "HEALBLOCK"}),
+    "typechange": (_active(types=["Fire"]), {"vol": "TYPECHANGE", "types": ("fire", "typeless")}),
+    "quarkdrive": (_active(volatiles={"quarkdrive": {"bestStat": "spe"}}), {"vol": "QUARKDRIVESPE"}),
+    "protosynthesis": (_active(volatiles={"protosynthesis": {"bestStat": "atk"}}), {"vol": "PROTOSYNTHESISATK"}),
+    "stall": (_active(volatiles={"stall": {"counter": 3}}), {"cond": ("protect", 1)}),
+    "lockedmove": (_active(volatiles={"lockedmove": {"move": "rest", "trueDuration": 1}}),
+                   {"vol": "LOCKEDMOVE", "dur": ("lockedmove", 1)}),
+    "choicelock": (_active(volatiles={"choicelock": {"move": "rest"}}), {"disabled": [True, False]}),
+    "slowstart": (_active(volatiles={"slowstart": {"duration": 3}}), {"vol": "SLOWSTART", "dur": ("slowstart", 3)}),
+    "supremeoverlord": (_active(), {}),  # the engine counts the fainted allies itself
+    "slp": (_active(status="slp", statusState={"time": 1, "startTime": 3}), {"sleep_turns": 2}),
+    "tox": (_active(status="tox", statusState={"stage": 2}), {"cond": ("toxic_count", 2)}),
+    "sideconditions": ({"s1": {"conditions": {"lightscreen": {"duration": 3}}}}, {"cond": ("light_screen", 3)}),
+    "futuremove": ({"s2": {"slot": {"futuremove": {"duration": 1, "source": ["p1", 0]}}}}, {"future_sight": (1, "0")}),
+    "weather": ({"field": {"weather": "sunnyday", "weatherDuration": 2, "terrain": "", "terrainDuration": 0,
+                           "pseudoWeather": {}}}, {"state": ("weather", "sun")}),
+    "terrain": ({"field": {"weather": "", "weatherDuration": 0, "terrain": "psychicterrain", "terrainDuration": 4,
+                           "pseudoWeather": {}}}, {"state": ("terrain", "psychicterrain")}),
+    "pseudoweather": ({"field": {"weather": "", "weatherDuration": 0, "terrain": "", "terrainDuration": 0,
+                                 "pseudoWeather": {"trickroom": {"duration": 3}}}}, {"state": ("trick_room", True)}),
+}
+
+
+def test_every_carried_effect_has_an_engine_entry_and_a_case():
+    from maple_async.search.belief.effects import EFFECTS
+    assert {e.name for e in EFFECTS} == set(ENGINE_CASES)
+    for e in EFFECTS:
+        table = tr.ENGINE_ENTRIES[e.engine]
+        if e.engine == "volatile":
+            assert e.name in table, e.name
+        elif e.engine == "status":
+            assert e.name in table, e.name
+        elif e.engine == "side":
+            assert {"spikes", "toxicspikes", "stealthrock", "stickyweb", "reflect", "lightscreen", "auroraveil",
+                    "tailwind", "safeguard", "mist"} <= set(table)
+        else:
+            assert e.name in table, (e.engine, e.name)
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_CASES))
+def test_a_carried_effect_reaches_the_engine_state(name):
+    given, want = ENGINE_CASES[name]
+    s = snap(**given)
+    spec = tr.translate(s, "p1").spec
+    s1 = spec["side_one"]
+    if "vol" in want:
+        assert want["vol"] in s1["volatile_statuses"]
+    if "dur" in want:
+        assert s1["volatile_status_durations"][want["dur"][0]] == want["dur"][1]
+    if "cond" in want:
+        assert s1["side_conditions"][want["cond"][0]] == want["cond"][1]
+    if "substitute_health" in want:
+        assert s1["substitute_health"] == want["substitute_health"]
+    if "types" in want:
+        assert s1["pokemon"][0]["types"] == want["types"]
+    if "disabled" in want:
+        assert [m["disabled"] for m in s1["pokemon"][0]["moves"][:2]] == want["disabled"]
+    if "sleep_turns" in want:
+        assert s1["pokemon"][0]["sleep_turns"] == want["sleep_turns"]
+    if "future_sight" in want:
+        assert s1["future_sight"] == want["future_sight"]
+    if "state" in want:
+        assert spec[want["state"][0]] == want["state"][1]

@@ -6,11 +6,12 @@ says, in its columns, where a STATE holds it (``holds``: a Pokémon's ``volatile
 ``weather``, ``terrain`` or ``pseudoWeather``), when it is read (``on``), how the protocol is
 read (``read``, in :mod:`.readers`: the fields, or None where it is not on now; what it
 cannot read faithfully raises :class:`~.protocol.Refusal`), how Showdown's state takes it
-(``showdown``: the patch of ``leafhub/patch.js``'s ``PATCHES`` that applies those fields) and
-the poke-env effects that are it. ``tests/test_search_effects.py`` pins every entry: a
+(``showdown``: the patch of ``leafhub/patch.js``'s ``PATCHES`` that applies those fields), the
+poke-env effects that are it, and how poke-engine's state takes it (``engine``: an entry of
+:data:`maple_async.search.pokeengine.translate.ENGINE_ENTRIES`, read off the built state). ``tests/test_search_effects.py`` pins every entry: a
 protocol snippet, the fields its reader gives through the belief's own path, and the Node
 patch those fields reach. Adding an effect is an entry here (and a reader where none fits)
-and a case there. A second engine is one more column: how its own state takes the fields.
+and a case there.
 
 When each is read (``on``): ``effect``: an active Pokémon's, once for each poke-env effect of
 the entry it shows (in poke-env's order); ``active``: every active Pokémon's, the reader
@@ -58,6 +59,10 @@ class Carried:
     on: str  # when it is read
     read: Callable[[Holder, str], Optional[dict]]  # (holder, name) -> fields, None: not on
     showdown: str  # leafhub/patch.js's PATCHES: how Showdown's state takes the fields
+    # how poke-engine's state takes it, read off the built state's snapshot: the kind of entry
+    # of search/pokeengine/translate.py's ENGINE_ENTRIES that handles the effect's Showdown id
+    # (volatile, status, side, slot, field, types; "derived": the engine counts it itself)
+    engine: str
     pokeenv: tuple = ()  # the poke-env effects that are it
 
 
@@ -67,40 +72,40 @@ PARADOX = {label: (getattr(Effect, effect),) + tuple(getattr(Effect, f"{label.up
            for label, effect in (("quarkdrive", "QUARK_DRIVE"), ("protosynthesis", "PROTOSYNTHESIS"))}
 
 EFFECTS: tuple[Carried, ...] = (
-    #       name              holds           on          read            showdown         pokeenv
-    Carried("substitute",     "volatiles",    "effect",   substitute,     "drawnVolatile", (Effect.SUBSTITUTE,)),
-    Carried("confusion",      "volatiles",    "effect",   confusion,      "drawnVolatile", (Effect.CONFUSION,)),
-    Carried("leechseed",      "volatiles",    "effect",   from_foe,       "volatile",      (Effect.LEECH_SEED,)),
-    Carried("taunt",          "volatiles",    "effect",   turns_seen,     "drawnVolatile", (Effect.TAUNT,)),
-    Carried("yawn",           "volatiles",    "effect",   turns_seen,     "drawnVolatile", (Effect.YAWN,)),
-    Carried("magnetrise",     "volatiles",    "effect",   turns_seen,     "drawnVolatile", (Effect.MAGNET_RISE,)),
-    Carried("focusenergy",    "volatiles",    "effect",   no_fields,      "volatile",      (Effect.FOCUS_ENERGY,)),
-    Carried("aquaring",       "volatiles",    "effect",   no_fields,      "volatile",      (Effect.AQUA_RING,)),
-    Carried("ingrain",        "volatiles",    "effect",   no_fields,      "volatile",      (Effect.INGRAIN,)),
-    Carried("curse",          "volatiles",    "effect",   no_fields,      "volatile",      (Effect.CURSE,)),
-    Carried("nightmare",      "volatiles",    "effect",   no_fields,      "volatile",      (Effect.NIGHTMARE,)),
-    Carried("flashfire",      "volatiles",    "effect",   no_fields,      "volatile",      (Effect.FLASH_FIRE,)),
-    Carried("attract",        "volatiles",    "effect",   from_foe,       "volatile",      (Effect.ATTRACT,)),
-    Carried("charge",         "volatiles",    "effect",   turns_seen,     "drawnVolatile", (Effect.CHARGE,)),
-    Carried("saltcure",       "volatiles",    "effect",   no_fields,      "volatile",      (Effect.SALT_CURE,)),
-    Carried("throatchop",     "volatiles",    "effect",   turns_seen,     "drawnVolatile", (Effect.THROAT_CHOP,)),
-    Carried("glaiverush",     "volatiles",    "effect",   glaive_rush,    "volatile",      (Effect.GLAIVE_RUSH,)),
-    Carried("healblock",      "volatiles",    "effect",   psychic_noise,  "volatile",      (Effect.HEAL_BLOCK,)),
-    Carried("typechange",     "volatiles",    "effect",   typechange,     "typechange",    (Effect.TYPECHANGE,)),
-    Carried("quarkdrive",     "volatiles",    "effect",   paradox,        "volatile",      PARADOX["quarkdrive"]),
-    Carried("protosynthesis", "volatiles",    "effect",   paradox,        "volatile",      PARADOX["protosynthesis"]),
-    Carried("stall",          "volatiles",    "active",   stall,          "stall"),
-    Carried("lockedmove",     "volatiles",    "lastmove", lock,           "lockedmove"),
-    Carried("choicelock",     "volatiles",    "lastmove", choice_lock,    "volatile"),
-    Carried("slowstart",      "abilityState", "active",   slow_start,     "abilityState",  (Effect.SLOW_START,)),
-    Carried("supremeoverlord", "abilityState", "active",  overlord,       "abilityState",  OVERLORD),
-    Carried("slp",            "status",       "pokemon",  sleep,          "status"),
-    Carried("tox",            "status",       "pokemon",  toxic,          "status"),
-    Carried("sideconditions", "conditions",   "side",     side_conditions, "sideCondition"),
-    Carried("futuremove",     "future",       "battle",   future_move,    "futuremove"),
-    Carried("weather",        "weather",      "battle",   weather,        "weather"),
-    Carried("terrain",        "terrain",      "battle",   terrain,        "terrain"),
-    Carried("pseudoweather",  "pseudoWeather", "battle",  pseudo_weather, "pseudoWeather"),
+    #       name               holds            on          read             showdown         engine      pokeenv
+    Carried("substitute",      "volatiles",     "effect",   substitute,      "drawnVolatile", "volatile", (Effect.SUBSTITUTE,)),
+    Carried("confusion",       "volatiles",     "effect",   confusion,       "drawnVolatile", "volatile", (Effect.CONFUSION,)),
+    Carried("leechseed",       "volatiles",     "effect",   from_foe,        "volatile",      "volatile", (Effect.LEECH_SEED,)),
+    Carried("taunt",           "volatiles",     "effect",   turns_seen,      "drawnVolatile", "volatile", (Effect.TAUNT,)),
+    Carried("yawn",            "volatiles",     "effect",   turns_seen,      "drawnVolatile", "volatile", (Effect.YAWN,)),
+    Carried("magnetrise",      "volatiles",     "effect",   turns_seen,      "drawnVolatile", "volatile", (Effect.MAGNET_RISE,)),
+    Carried("focusenergy",     "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.FOCUS_ENERGY,)),
+    Carried("aquaring",        "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.AQUA_RING,)),
+    Carried("ingrain",         "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.INGRAIN,)),
+    Carried("curse",           "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.CURSE,)),
+    Carried("nightmare",       "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.NIGHTMARE,)),
+    Carried("flashfire",       "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.FLASH_FIRE,)),
+    Carried("attract",         "volatiles",     "effect",   from_foe,        "volatile",      "volatile", (Effect.ATTRACT,)),
+    Carried("charge",          "volatiles",     "effect",   turns_seen,      "drawnVolatile", "volatile", (Effect.CHARGE,)),
+    Carried("saltcure",        "volatiles",     "effect",   no_fields,       "volatile",      "volatile", (Effect.SALT_CURE,)),
+    Carried("throatchop",      "volatiles",     "effect",   turns_seen,      "drawnVolatile", "volatile", (Effect.THROAT_CHOP,)),
+    Carried("glaiverush",      "volatiles",     "effect",   glaive_rush,     "volatile",      "volatile", (Effect.GLAIVE_RUSH,)),
+    Carried("healblock",       "volatiles",     "effect",   psychic_noise,   "volatile",      "volatile", (Effect.HEAL_BLOCK,)),
+    Carried("typechange",      "volatiles",     "effect",   typechange,      "typechange",    "types",    (Effect.TYPECHANGE,)),
+    Carried("quarkdrive",      "volatiles",     "effect",   paradox,         "volatile",      "volatile", PARADOX["quarkdrive"]),
+    Carried("protosynthesis",  "volatiles",     "effect",   paradox,         "volatile",      "volatile", PARADOX["protosynthesis"]),
+    Carried("stall",           "volatiles",     "active",   stall,           "stall",         "volatile"),
+    Carried("lockedmove",      "volatiles",     "lastmove", lock,            "lockedmove",    "volatile"),
+    Carried("choicelock",      "volatiles",     "lastmove", choice_lock,     "volatile",      "volatile"),
+    Carried("slowstart",       "abilityState",  "active",   slow_start,      "abilityState",  "volatile", (Effect.SLOW_START,)),
+    Carried("supremeoverlord", "abilityState",  "active",   overlord,        "abilityState",  "derived",  OVERLORD),
+    Carried("slp",             "status",        "pokemon",  sleep,           "status",        "status"),
+    Carried("tox",             "status",        "pokemon",  toxic,           "status",        "status"),
+    Carried("sideconditions",  "conditions",    "side",     side_conditions, "sideCondition", "side"),
+    Carried("futuremove",      "future",        "battle",   future_move,     "futuremove",    "slot"),
+    Carried("weather",         "weather",       "battle",   weather,         "weather",       "field"),
+    Carried("terrain",         "terrain",       "battle",   terrain,         "terrain",       "field"),
+    Carried("pseudoweather",   "pseudoWeather", "battle",   pseudo_weather,  "pseudoWeather", "field"),
 )
 BY_NAME = {e.name: e for e in EFFECTS}
 SHOWN = {effect: e for e in EFFECTS for effect in e.pokeenv}  # poke-env's effect -> its entry

@@ -273,6 +273,19 @@ VOLATILES: dict[str, Callable] = {
 }
 
 
+# The belief's carried effects (search/belief/effects.py, its ``engine`` column) -> the
+# entries here that take each kind: an effect's Showdown id must be a key of its kind's table.
+ENGINE_ENTRIES: dict[str, object] = {
+    "volatile": VOLATILES,
+    "status": STATUS,
+    "side": SIDE_CONDITIONS,
+    "slot": {"wish": "Side.wish", "futuremove": "Side.future_sight (its user's side)", **SLOT_CONDITIONS},
+    "field": {"weather": WEATHER, "terrain": TERRAIN, "pseudoweather": {"trickroom": "State.trick_room"}},
+    "types": {"typechange": "Pokemon.types, TYPECHANGE"},
+    "derived": {"supremeoverlord": "the engine counts the fainted itself"},
+}
+
+
 def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[dict]]:
     """The engine's Side for one snapshot side; also its active's snapshot."""
     side = Side()

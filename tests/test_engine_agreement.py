@@ -1,0 +1,77 @@
+"""poke-engine against Showdown on a fixed corpus of positions from real battles (gens 1, 4 and
+9 random battles, gen 9 OU): each position's snapshot, the joint choices drawn for it and
+Showdown's outcome of each over many seeds, recorded by ``maple-async engine agree --corpus``.
+
+No Showdown runs here: the engine replays every joint choice of the translated snapshot, and
+* its outcomes are the ones recorded (the translation and the engine are deterministic: a change
+  in either shows here first, pair by pair);
+* the share of joint choices agreeing with Showdown is at least what docs/search.md reports.
+"""
+
+import asyncio
+import collections
+import json
+from pathlib import Path
+
+import pytest
+
+from maple_async.search.engines import generations
+from maple_async.search.pokeengine import agreement as ag
+from maple_async.search.pokeengine import build
+from maple_async.search.pokeengine.pool import EnginePool
+from maple_async.search.pokeengine.translate import translate
+
+CORPUS = Path(__file__).parent / "data" / "engine_agreement.json"
+# The agreement docs/search.md reports for this corpus, per generation (a floor: the engine's
+# outcomes must not drift away from Showdown's).
+FLOOR = {1: 0.90, 4: 0.90, 9: 0.90}
+
+
+def corpus() -> list[dict]:
+    return json.loads(CORPUS.read_text())
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {g: build.ensure(g) for g in sorted({generations([p["format"]])[0] for p in corpus()})}
+
+
+async def replay(positions: list[dict]) -> list[tuple[dict, ag.Compared, ag.Outcome, ag.Outcome]]:
+    """Every recorded pair, its engine outcome now (ours, theirs)."""
+    out = []
+    pools: dict = {}
+    try:
+        for pos in positions:
+            gen = generations([pos["format"]])[0]
+            if gen not in pools:
+                pools[gen] = await EnginePool(gen, workers=1).start()
+            snap = pos["snapshot"]
+            t = translate(snap, pos["us"])
+            us = 0 if snap["sides"][0]["id"] == pos["us"] else 1
+            rows = [ag.Compared.from_json(r) for r in pos["pairs"]]
+            pairs = [(t.to_engine[r.ours], t.their_to_engine.get(r.theirs, "none")) for r in rows]
+            reply = await pools[gen].request({"op": "instructions", "state": t.spec, "pairs": pairs}, 5.0)
+            for r, outcomes in zip(rows, reply["outcomes"]):
+                mine = ag.engine_outcome(ag.active_of(snap["sides"][us]), "side_one", outcomes)
+                theirs = ag.engine_outcome(ag.active_of(snap["sides"][1 - us]), "side_two", outcomes)
+                out.append((pos, r, mine, theirs))
+    finally:
+        for pool in pools.values():
+            await pool.close()
+    return out
+
+
+def test_the_engine_replays_the_corpus_as_recorded_and_agrees_with_showdown(engines):
+    replayed = asyncio.run(replay(corpus()))
+    assert len(replayed) >= 100
+    changed = []
+    agree: dict = collections.defaultdict(list)
+    for pos, r, mine, theirs in replayed:
+        for was, now in zip(r.engine, (mine, theirs)):
+            if abs(was.hp - now.hp) > 1e-4 or abs(was.ko - now.ko) > 1e-4:
+                changed.append((pos["format"], r.position, r.ours, r.theirs, was, now))
+        r.engine = [mine, theirs]
+        agree[generations([pos["format"]])[0]].append(r.agrees)
+    assert not changed, f"{len(changed)} pairs replay differently, e.g. {changed[:3]}"
+    for gen, flags in agree.items():
+        assert sum(flags) / len(flags) >= FLOOR[gen], (gen, sum(flags), len(flags))
