@@ -8,7 +8,7 @@
 # WORKTREE: the code the arm runs (a git worktree of a branch, or . for this one); EXTRA
 # ARGS: config overrides of that arm. SEEDS: default "1 2". Runs go to OUT/NAME-sSEED;
 # a run whose eval.json exists is not run again (an interrupted A/B continues).
-# e.g. benchmarks/ab.sh config/gen4random.yaml /tmp/ab "base|.|" "sets|../sets|"
+# e.g. benchmarks/ab.sh gen4random /tmp/ab "base|.|" "sets|../sets|"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${MAPLE_VENV:-$PWD/.venv}/bin/python

@@ -54,7 +54,8 @@ class RunnerConfig:
                                                  "a comma list trains one agent on several (train, eval)")
     teams: Optional[str] = key(None, "team format: a file or folder of teams in Showdown's export text, "
                                      "validated by Showdown before any battle; {format} stands for each "
-                                     "format of a list (config/teams/{format})")
+                                     "format of a list (teams/{format}); a relative path not found here "
+                                     "names a shipped pool (teams/bss, teams/ou-heldout, ...)")
     team_sampling: str = key("uniform", "how each battle draws its team from runner.teams",
                              choices=("uniform", "cycle", "fixed"))
     concurrency: int = key(64, "battles in flight per player", gt=0)
@@ -418,11 +419,15 @@ def eval_pool(cfg: "Config") -> "Config":
 
 def teams_here(teams: Optional[str], battle_format: str) -> Optional[str]:
     """A saved team path where it means something on this machine: it exists here, for
-    every listed format where it names ``{format}``; None otherwise (trained elsewhere)."""
+    every listed format where it names ``{format}``, or names a shipped pool; None
+    otherwise (trained elsewhere)."""
     if not teams:
         return None
-    names = formats(battle_format) if "{format}" in teams else [""]
-    return teams if all(Path(teams.replace("{format}", f)).exists() for f in names) else None
+    if _exists(Path(teams), battle_format):
+        return teams
+    # Runs saved while the presets lived in the repository's config/ name config/teams/...
+    shipped = PRESETS / Path(teams).relative_to("config") if teams.startswith("config/") else PRESETS / teams
+    return str(shipped) if not Path(teams).is_absolute() and _exists(shipped, battle_format) else None
 
 
 def check_battle_format(spec: str) -> None:
@@ -479,13 +484,63 @@ def from_dict(data: dict[str, Any], base: Optional[Config] = None) -> Config:
     return cfg
 
 
+# The presets and their team pools ship inside the package, so an installed maple-async
+# finds them from any folder.
+PRESETS = Path(__file__).with_name("presets")
+TEAM_KEYS = ("runner.teams", "train.opponent_teams", "train.eval_teams")
+
+
+def preset_names() -> list[str]:
+    """The shipped presets, by name (``maple_async/presets/NAME.yaml``)."""
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
+def config_file(spec: str | Path) -> tuple[Path, bool]:
+    """``--config``'s file and whether it is a shipped preset: a file that exists here,
+    else a preset by name (``quick`` or ``quick.yaml``)."""
+    p = Path(spec).expanduser()
+    if p.is_file():
+        return p, False
+    name = p.name.removesuffix(".yaml")
+    if str(spec) in (name, f"{name}.yaml") and (PRESETS / f"{name}.yaml").is_file():
+        return PRESETS / f"{name}.yaml", True
+    raise ConfigError(f"config file not found: {spec} (presets by name: {', '.join(preset_names())})")
+
+
+def _exists(path: Path, battle_format: str) -> bool:
+    """``path`` exists, for every listed format where it names ``{format}``."""
+    names = formats(battle_format) if "{format}" in str(path) else [""]
+    return bool(names) and all(Path(str(path).replace("{format}", f)).exists() for f in names)
+
+
+def resolve_teams(cfg: Config, base: Optional[Path] = None) -> Config:
+    """The team paths of ``cfg`` made to mean what they say: relative ones against ``base``
+    (a preset's own folder), or else against this folder, where they exist; a relative path
+    found in neither is a shipped pool (``teams/bss`` is ``maple_async/presets/teams/bss``)."""
+    for name in TEAM_KEYS:
+        value = get_key(cfg, name)
+        if not value:
+            continue
+        p = Path(value).expanduser()
+        if p.is_absolute():
+            continue
+        if base is not None:
+            p = base / p
+        elif not _exists(p, cfg.runner.battle_format) and _exists(PRESETS / p, cfg.runner.battle_format):
+            p = PRESETS / p
+        else:
+            continue
+        _apply(cfg, name, str(p))
+    return cfg
+
+
 def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None) -> Config:
-    """Load YAML at ``path`` (or defaults), apply ``overrides`` (``section.key``), validate."""
+    """Load YAML at ``path`` (a file, or a shipped preset by name; None: the defaults),
+    apply ``overrides`` (``section.key``), validate. A preset's relative team paths are
+    read against its own folder; the user's against this folder, else the shipped pools."""
     cfg = Config()
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
+        p, preset = config_file(path)
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
@@ -493,9 +548,11 @@ def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
             raise ConfigError(f"malformed YAML in {p}{where}: {getattr(e, 'problem', e)}") from None
         from_dict(data, cfg)
+        if preset:
+            resolve_teams(cfg, p.parent)
     for key, value in (overrides or {}).items():
         _apply(cfg, key, value)
-    return validate(cfg)
+    return validate(resolve_teams(cfg))
 
 
 def parse_override_value(text: str) -> Any:
@@ -547,4 +604,4 @@ def for_pool(battle_format: str, num_battles: int, teams, server, seed, config, 
         overrides[k] = v
     for k, v in overrides.items():
         _apply(cfg, k, v)
-    return validate(cfg)
+    return validate(resolve_teams(cfg))

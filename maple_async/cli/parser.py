@@ -27,7 +27,8 @@ SHORT_FLAGS = {
 def add_config_flags(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
     """``--config`` and one ``--section.key`` flag per config key, grouped by section, each
     with its meaning and default (and its short form where it has one)."""
-    p.add_argument("--config", help="YAML config (see config/*.yaml); flags override it")
+    p.add_argument("--config", help="a preset by name (quick, default, bss, ...: maple_async/presets) or "
+                                    "a YAML file; flags override it")
     short = {k: f for f, k in SHORT_FLAGS.items() if f not in skip}
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, f, _ann in config_mod.declared_keys():
@@ -117,7 +118,7 @@ def play_parser(sub) -> None:
 
 
 def train_parser(sub) -> None:
-    tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
+    tr = sub.add_parser("train", help="train with recurrent PPO (presets: --config quick, default, ...)")
     tr.add_argument("--resume", nargs="?", const="latest", default=None,
                     help="continue from a checkpoint (default: <run_dir>/latest.pt); the run's limits "
                          "(train.total_battles, total_decisions, max_minutes) count what it trained before")
