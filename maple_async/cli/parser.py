@@ -273,8 +273,19 @@ COMMAND_PARSERS = (server_parser, play_parser, train_parser, pretrain_parser, ev
                    serve_parser, ladder_parser, curve_parser, report_parser, engine_parser)
 
 
+def version() -> str:
+    """``--version``: the version and where the package was imported from (as pip says its own)."""
+    import sys
+    from pathlib import Path
+
+    import maple_async
+    return (f"maple-async {maple_async.__version__} from {Path(maple_async.__file__).parent} "
+            f"(python {sys.version_info.major}.{sys.version_info.minor})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="maple-async", description=DESCRIPTION)
+    p.add_argument("--version", action="version", version=version())
     sub = p.add_subparsers(dest="command", required=True)
     for add_parser in COMMAND_PARSERS:
         add_parser(sub)
