@@ -283,9 +283,21 @@ def version() -> str:
             f"(python {sys.version_info.major}.{sys.version_info.minor})")
 
 
+class _PrintVersion(argparse.Action):
+    """``--version`` printed as one line: argparse's own action wraps a long path."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and where the package is, then exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="maple-async", description=DESCRIPTION)
-    p.add_argument("--version", action="version", version=version())
+    p.add_argument("--version", action=_PrintVersion)
     sub = p.add_subparsers(dest="command", required=True)
     for add_parser in COMMAND_PARSERS:
         add_parser(sub)
