@@ -160,7 +160,7 @@ def test_help_lists_every_key_with_its_default(command):
     text = " ".join(p.stdout.split())  # argparse wraps lines
     for name, f, _ann in C.declared_keys():
         assert f"--{name}" in text, name
-    assert "--ppo.lr V Adam learning rate [> 0] (default: 0.0003)" in text
+    assert "--ppo.lr V Adam learning rate [> 0] (default: 0.0005)" in text
     assert "--train.shards V collector processes" in text
 
 
