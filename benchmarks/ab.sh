@@ -5,14 +5,16 @@
 #
 #   benchmarks/ab.sh CONFIG OUT "NAME|WORKTREE|EXTRA ARGS" "NAME|WORKTREE|EXTRA ARGS" [SEEDS]
 #
+# CONFIG: a YAML file (both arms read this one) or a preset by name (each arm reads its own).
 # WORKTREE: the code the arm runs (a git worktree of a branch, or . for this one); EXTRA
 # ARGS: config overrides of that arm. SEEDS: default "1 2". Runs go to OUT/NAME-sSEED;
 # a run whose eval.json exists is not run again (an interrupted A/B continues).
-# e.g. benchmarks/ab.sh config/gen4random.yaml /tmp/ab "base|.|" "sets|../sets|"
+# e.g. benchmarks/ab.sh gen4random /tmp/ab "base|.|" "sets|../sets|"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${MAPLE_VENV:-$PWD/.venv}/bin/python
-CONFIG=$(realpath "$1") A=$3 B=$4 SEEDS=${5:-1 2}
+CONFIG=$1 A=$3 B=$4 SEEDS=${5:-1 2}
+[ -f "$CONFIG" ] && CONFIG=$(realpath "$CONFIG")
 mkdir -p "$2" && OUT=$(realpath "$2")
 for seed in $SEEDS; do
   for arm in "$A" "$B"; do

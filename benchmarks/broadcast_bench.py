@@ -40,7 +40,7 @@ def _worker(q, out) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--wire", choices=("tensors", "bytes"), default="bytes")
-    p.add_argument("--config", default="config/gen4random.yaml")
+    p.add_argument("--config", default="gen4random")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--every", type=float, default=0.8, help="seconds between broadcasts")
     p.add_argument("--seconds", type=float, default=20.0)

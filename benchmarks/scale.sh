@@ -9,7 +9,7 @@ OUT=${OUT:-runs/scale}
 mkdir -p "$OUT"
 for N in ${SHARDS:-1 2}; do
   rm -rf "$OUT/s$N"
-  "$M" train --config config/${CONFIG:-gpu}.yaml --device "${DEVICE:-auto}" --train.shards "$N" \
+  "$M" train --config "${CONFIG:-gpu}" --device "${DEVICE:-auto}" --train.shards "$N" \
     --train.worker_device cpu --train.opponents self:1.0 --concurrency "${CONCURRENCY:-64}" \
     --train.battles_per_update 128 --train.max_minutes "${MINUTES:-1}" --train.total_battles 10000000 \
     --train.eval_battles 0 --train.tensorboard false --train.checkpoint_every_updates 1000 \

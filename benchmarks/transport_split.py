@@ -1,7 +1,7 @@
 """Where the CPU of a battle goes, on each transport: Showdown's simulator processes, its other
 processes (main, sockets, team validator, ...), and this process, per battle and per decision.
 
-    .venv/bin/python benchmarks/transport_split.py [--config config/default.yaml] [--checkpoint A.pt]
+    .venv/bin/python benchmarks/transport_split.py [--config default] [--checkpoint A.pt]
         [--seconds 30] [--warmup 10] [--repeats 2]
 
 maple-async self-play (one agent, both sides) at runner.concurrency, a window per transport
@@ -67,7 +67,7 @@ async def window(cfg, device, seconds: float, warmup: float) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="config/default.yaml")
+    ap.add_argument("--config", default="default")
     ap.add_argument("--checkpoint")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=10.0)

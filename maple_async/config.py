@@ -1,5 +1,8 @@
 """Typed run configuration: one dataclass per section, loaded from YAML, validated once.
 
+The defaults are the measured recipe: the ``default`` preset (a 30-minute run on 2 cores),
+which states nothing of its own; every other preset states only what differs from them.
+
 Each key is declared once, with its meaning and its range (:func:`key`): the command line's
 ``--section.key VALUE`` flags, their ``--help`` and the validation all come from those
 declarations. Unknown keys, wrong types and values out of range are rejected with a
@@ -54,7 +57,8 @@ class RunnerConfig:
                                                  "a comma list trains one agent on several (train, eval)")
     teams: Optional[str] = key(None, "team format: a file or folder of teams in Showdown's export text, "
                                      "validated by Showdown before any battle; {format} stands for each "
-                                     "format of a list (config/teams/{format})")
+                                     "format of a list (teams/{format}); a relative path not found here "
+                                     "names a shipped pool (teams/bss, teams/ou-heldout, ...)")
     team_sampling: str = key("uniform", "how each battle draws its team from runner.teams",
                              choices=("uniform", "cycle", "fixed"))
     concurrency: int = key(64, "battles in flight per player", gt=0)
@@ -110,8 +114,8 @@ class NetworkConfig:
 @dataclass
 class RewardConfig:
     win: float = key(1.0, "+win on a win, -win on a loss (once, at the end)", ge=0)
-    hp: float = key(0.0, "per unit change of (own HP fraction sum - opponent's)")
-    faint: float = key(0.0, "per opponent faint (+) / own faint (-)")
+    hp: float = key(0.1, "per unit change of (own HP fraction sum - opponent's)")
+    faint: float = key(0.05, "per opponent faint (+) / own faint (-)")
     turn_penalty: float = key(0.0, "subtracted every decision", ge=0)
     # difference: the shaped terms sum to the final margin, so a bigger win pays more (up to
     # ~0.9 with hp 0.1, faint 0.05 in a random battle, against a win worth 1);
@@ -126,8 +130,8 @@ class RewardConfig:
 class PPOConfig:
     algo: str = key("ppo", "ppo (clipped, several epochs) or reinforce (one pass, learned baseline)",
                     choices=("ppo", "reinforce"))
-    lr: float = key(3e-4, "Adam learning rate", gt=0)
-    lr_schedule: str = key("constant", "constant, or linear decay to 5% over the run's budget "
+    lr: float = key(5e-4, "Adam learning rate", gt=0)
+    lr_schedule: str = key("linear", "constant, or linear decay to 5% over the run's budget "
                                        "(total_battles, total_decisions or max_minutes, whichever ends first)",
                            choices=("constant", "linear"))
     gamma: float = key(0.99, "discount per decision", ge=0, le=1)
@@ -141,24 +145,26 @@ class PPOConfig:
                                      "entropy fell below it, the bonus's weight grows by 10% (up to 0.2), "
                                      "and above it shrinks back towards entropy_coef; 0: off", ge=0)
     max_grad_norm: float = key(0.5, "gradient norm clip", gt=0)
-    epochs: int = key(4, "passes over each batch of trajectories", gt=0)
-    minibatch_sequences: int = key(32, "sequences (battles or chunks) per minibatch", gt=0)
+    epochs: int = key(2, "passes over each batch of trajectories", gt=0)
+    minibatch_sequences: int = key(16, "sequences (battles or chunks) per minibatch", gt=0)
     bptt_length: int = key(0, "truncated-BPTT chunk length in decisions (0: whole battles)", ge=0)
     normalize_advantages: bool = key(True, "normalise advantages per minibatch")
 
 
 @dataclass
 class TrainConfig:
-    battles_per_update: int = key(64, "finished battle sides (trajectories) per update", gt=0)
-    total_battles: int = key(2000, "battle sides (trajectories) to train on, then stop", gt=0)
-    max_minutes: float = key(0.0, "stop after this many minutes of training in the whole run (--resume "
+    battles_per_update: int = key(128, "finished battle sides (trajectories) per update", gt=0)
+    # Above what 30 minutes collect on the simulator transport: the minutes end the run.
+    total_battles: int = key(200000, "battle sides (trajectories) to train on, then stop", gt=0)
+    max_minutes: float = key(30.0, "stop after this many minutes of training in the whole run (--resume "
                                   "continues the count; 0: no time limit)", ge=0)
     total_decisions: int = key(0, "stop after training on this many decisions (steps, as published "
                                   "curves count them; 0: no decision limit)", ge=0)
-    opponents: str = key("self:1.0", 'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" '
-                                     "(kinds: self, league, random, max_power, heuristics); later mixes "
-                                     'from a number of decisions on after ";", e.g. '
-                                     '"max_power:0.5,self:0.5; @5e5 self:0.8,league:0.2"')
+    # heuristics stays out of training: evaluation against it is held out.
+    opponents: str = key("self:0.4,league:0.1,random:0.1,max_power:0.4",
+                         'opponent mix, e.g. "self:0.5,league:0.3,heuristics:0.2" (kinds: self, league, '
+                         'random, max_power, heuristics); later mixes from a number of decisions on after ";", '
+                         'e.g. "max_power:0.5,self:0.5; @5e5 self:0.8,league:0.2"')
     opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "
                                               "self-play's other side); unset: runner.teams")
     hold_when_behind: bool = key(True, "an update on twice battles_per_update or more (the learner is "
@@ -169,7 +175,7 @@ class TrainConfig:
     league_sampling: str = key("pfsp", "which snapshot a league battle draws at its start: pfsp (the ones the "
                                        "learner beats least, (1-p)^2), recent (newer likelier) or uniform",
                                choices=("pfsp", "recent", "uniform"))
-    checkpoint_every_updates: int = key(10, "a checkpoint every this many updates", gt=0)
+    checkpoint_every_updates: int = key(5, "a checkpoint every this many updates", gt=0)
     keep_checkpoints: int = key(3, "full checkpoints (weights, optimiser, league: ~16 MB at the default "
                                    "size) kept in <run_dir>/checkpoints, the newest; latest.pt is "
                                    "always written", gt=0)
@@ -182,7 +188,8 @@ class TrainConfig:
                                     "with fresh counters and optimiser")
     teacher: Optional[str] = key(None, "the baseline the initial weights were cloned from (set from "
                                        "train.init's checkpoint; eval labels it 'teacher')")
-    eval_battles: int = key(0, "at the end of training, battles per eval_opponents baseline; 0: skip",
+    # 1,000: a 95% CI of about +-0.03 per baseline (200 battles: +-0.07).
+    eval_battles: int = key(1000, "at the end of training, battles per eval_opponents baseline; 0: skip",
                             ge=0)
     eval_opponents: str = key("random,max_power,heuristics",
                               "the end-of-training evaluation's opponents (baselines), comma list")
@@ -421,11 +428,15 @@ def eval_pool(cfg: "Config") -> "Config":
 
 def teams_here(teams: Optional[str], battle_format: str) -> Optional[str]:
     """A saved team path where it means something on this machine: it exists here, for
-    every listed format where it names ``{format}``; None otherwise (trained elsewhere)."""
+    every listed format where it names ``{format}``, or names a shipped pool; None
+    otherwise (trained elsewhere)."""
     if not teams:
         return None
-    names = formats(battle_format) if "{format}" in teams else [""]
-    return teams if all(Path(teams.replace("{format}", f)).exists() for f in names) else None
+    if _exists(Path(teams), battle_format):
+        return teams
+    # Runs saved while the presets lived in the repository's config/ name config/teams/...
+    shipped = PRESETS / Path(teams).relative_to("config") if teams.startswith("config/") else PRESETS / teams
+    return str(shipped) if not Path(teams).is_absolute() and _exists(shipped, battle_format) else None
 
 
 def check_battle_format(spec: str) -> None:
@@ -482,13 +493,63 @@ def from_dict(data: dict[str, Any], base: Optional[Config] = None) -> Config:
     return cfg
 
 
+# The presets and their team pools ship inside the package, so an installed maple-async
+# finds them from any folder.
+PRESETS = Path(__file__).with_name("presets")
+TEAM_KEYS = ("runner.teams", "train.opponent_teams", "train.eval_teams")
+
+
+def preset_names() -> list[str]:
+    """The shipped presets, by name (``maple_async/presets/NAME.yaml``)."""
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
+def config_file(spec: str | Path) -> tuple[Path, bool]:
+    """``--config``'s file and whether it is a shipped preset: a file that exists here,
+    else a preset by name (``quick`` or ``quick.yaml``)."""
+    p = Path(spec).expanduser()
+    if p.is_file():
+        return p, False
+    name = p.name.removesuffix(".yaml")
+    if str(spec) in (name, f"{name}.yaml") and (PRESETS / f"{name}.yaml").is_file():
+        return PRESETS / f"{name}.yaml", True
+    raise ConfigError(f"config file not found: {spec} (presets by name: {', '.join(preset_names())})")
+
+
+def _exists(path: Path, battle_format: str) -> bool:
+    """``path`` exists, for every listed format where it names ``{format}``."""
+    names = formats(battle_format) if "{format}" in str(path) else [""]
+    return bool(names) and all(Path(str(path).replace("{format}", f)).exists() for f in names)
+
+
+def resolve_teams(cfg: Config, base: Optional[Path] = None) -> Config:
+    """The team paths of ``cfg`` made to mean what they say: relative ones against ``base``
+    (a preset's own folder), or else against this folder, where they exist; a relative path
+    found in neither is a shipped pool (``teams/bss`` is ``maple_async/presets/teams/bss``)."""
+    for name in TEAM_KEYS:
+        value = get_key(cfg, name)
+        if not value:
+            continue
+        p = Path(value).expanduser()
+        if p.is_absolute():
+            continue
+        if base is not None:
+            p = base / p
+        elif not _exists(p, cfg.runner.battle_format) and _exists(PRESETS / p, cfg.runner.battle_format):
+            p = PRESETS / p
+        else:
+            continue
+        _apply(cfg, name, str(p))
+    return cfg
+
+
 def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None) -> Config:
-    """Load YAML at ``path`` (or defaults), apply ``overrides`` (``section.key``), validate."""
+    """Load YAML at ``path`` (a file, or a shipped preset by name; None: the defaults),
+    apply ``overrides`` (``section.key``), validate. A preset's relative team paths are
+    read against its own folder; the user's against this folder, else the shipped pools."""
     cfg = Config()
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
+        p, preset = config_file(path)
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
@@ -496,9 +557,11 @@ def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
             raise ConfigError(f"malformed YAML in {p}{where}: {getattr(e, 'problem', e)}") from None
         from_dict(data, cfg)
+        if preset:
+            resolve_teams(cfg, p.parent)
     for key, value in (overrides or {}).items():
         _apply(cfg, key, value)
-    return validate(cfg)
+    return validate(resolve_teams(cfg))
 
 
 def parse_override_value(text: str) -> Any:
@@ -525,15 +588,13 @@ _OPTION_SECTIONS = ("runner", "batcher", "reward", "server", "network")
 
 def for_pool(battle_format: str, num_battles: int, teams, server, seed, config, options: dict) -> Config:
     """A battle pool's config (:class:`maple_async.env.BattlePool`): a preset (a Config, a
-    YAML path or None) with the arguments and ``options`` (``key=value`` of the runner, batcher, reward, server or network section,
+    name, a YAML path or None: the defaults) with the arguments and ``options`` (``key=value`` of the runner, batcher, reward, server or network section,
     or ``"section.key"``) applied, validated as ``train`` validates its config."""
     if isinstance(config, Config):
         cfg = copy.deepcopy(config)
     else:
         cfg = load(config)
     overrides: dict = {"runner.battle_format": battle_format, "runner.concurrency": num_battles}
-    if config is None:  # the shipped presets' shaped reward, not the bare win/loss of Config()
-        overrides.update({"reward.hp": 0.1, "reward.faint": 0.05})
     if teams is not None:
         overrides["runner.teams"] = str(teams)
     if server is not None:
@@ -550,4 +611,4 @@ def for_pool(battle_format: str, num_battles: int, teams, server, seed, config, 
         overrides[k] = v
     for k, v in overrides.items():
         _apply(cfg, k, v)
-    return validate(cfg)
+    return validate(resolve_teams(cfg))

@@ -281,7 +281,7 @@ def prepare(runner_cfg, opponent_teams: Optional[str] = None,
         if not info.random:
             raise TeamError(f"runner.battle_format '{fmt}' is a team format: give teams with "
                             f"--runner.teams PATH (a file or folder of Showdown export text), "
-                            f"e.g. config/teams/bss for gen9bssregi")
+                            f"e.g. teams/bss (a shipped pool) for gen9bssregi")
         result = Teams(info)
     else:
         info, mine = _pool(fmt, path, runner_cfg.team_sampling, runner_cfg.seed, home)

@@ -81,29 +81,67 @@ def test_opponent_mix_normalised():
 
 
 def test_shipped_presets_load():
-    from pathlib import Path
-    presets = sorted(Path(__file__).parent.parent.joinpath("config").glob("*.yaml"))
-    assert presets, "config/*.yaml presets are missing"
-    for p in presets:
-        C.load(p)
+    names = C.preset_names()
+    assert {"test", "quick", "default", "bss", "gpu"} <= set(names), names
+    for name in names:
+        cfg = C.load(name)
+        for key in C.TEAM_KEYS:
+            path = C.get_key(cfg, key)
+            assert path is None or C.teams_here(path, cfg.runner.battle_format) == path, (name, key, path)
+
+
+def test_a_preset_is_found_by_name_from_any_folder_and_a_path_still_works(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert C.load("quick") == C.load("quick.yaml") == C.load(C.PRESETS / "quick.yaml")
+    assert C.load("quick").train.run_dir == "runs/quick"
+    mine = tmp_path / "my.yaml"
+    mine.write_text("runner:\n  concurrency: 8\n")
+    assert C.load("my.yaml").runner.concurrency == 8
+    with pytest.raises(C.ConfigError, match=r"config file not found: nope \(presets by name: .*quick"):
+        C.load("nope")
+    with pytest.raises(C.ConfigError, match="config file not found: sub/quick"):
+        C.load("sub/quick")  # a path is a path: only a bare name is a preset
+
+
+def test_team_paths_in_a_preset_are_its_own_and_in_the_users_yaml_keep_their_meaning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teams" / "bss").mkdir(parents=True)  # a folder of the user's that shadows nothing
+    bss = C.load("bss")
+    assert bss.runner.teams == str(C.PRESETS / "teams" / "bss")
+    assert bss.train.eval_teams == str(C.PRESETS / "teams" / "bss-heldout")
+    assert C.load("oldgens").runner.teams == str(C.PRESETS / "teams" / "{format}")
+    mine = tmp_path / "my.yaml"
+    mine.write_text("runner:\n  battle_format: gen9bssregi\n  teams: teams/bss\n"
+                    "train:\n  eval_teams: teams/bss-heldout\n")
+    cfg = C.load(mine)
+    assert cfg.runner.teams == "teams/bss"  # here, as before: this folder's
+    assert cfg.train.eval_teams == str(C.PRESETS / "teams" / "bss-heldout")  # not here: the shipped pool
+    over = C.load("quick", {"runner.battle_format": "gen9ou", "runner.teams": "teams/ou"})
+    assert over.runner.teams == str(C.PRESETS / "teams" / "ou")
+    assert C.load(None, {"runner.battle_format": "gen9ou", "runner.teams": "nowhere/ou"}).runner.teams == "nowhere/ou"
+
+
+def test_saved_team_paths_of_the_repositorys_config_folder_find_the_shipped_pools():
+    assert C.teams_here("config/teams/{format}", "gen1ou,gen2ou") == str(C.PRESETS / "teams" / "{format}")
+    assert C.teams_here("teams/ou-heldout", "gen9ou") == str(C.PRESETS / "teams" / "ou-heldout")
+    assert C.teams_here("config/teams/nope", "gen1ou") is None
 
 
 def test_every_team_preset_evaluates_on_a_held_out_pool_of_its_own():
     """A preset that trains on shipped teams evaluates on another existing folder, for
     each format it lists (``{format}`` stands for each)."""
     from pathlib import Path
-    root = Path(__file__).parent.parent
     with_teams = 0
-    for p in sorted(root.joinpath("config").glob("*.yaml")):
-        cfg = C.load(p)
+    for name in C.preset_names():
+        cfg = C.load(name)
         if not cfg.runner.teams:
             continue
         with_teams += 1
         for fmt in C.formats(cfg.runner.battle_format):
             one = C.for_format(cfg, fmt)
-            assert one.train.eval_teams, f"{p.name} trains on {one.runner.teams} and sets no train.eval_teams"
-            held, train = (root / one.train.eval_teams).resolve(), (root / one.runner.teams).resolve()
-            assert held.is_dir() and held != train, (p.name, one.train.eval_teams)
+            assert one.train.eval_teams, f"{name} trains on {one.runner.teams} and sets no train.eval_teams"
+            held, train = Path(one.train.eval_teams).resolve(), Path(one.runner.teams).resolve()
+            assert held.is_dir() and held != train, (name, one.train.eval_teams)
     assert with_teams >= 6  # bss, doublesou, gen1ou, oldgens, ou, vgc
 
 
@@ -122,7 +160,7 @@ def test_help_lists_every_key_with_its_default(command):
     text = " ".join(p.stdout.split())  # argparse wraps lines
     for name, f, _ann in C.declared_keys():
         assert f"--{name}" in text, name
-    assert "--ppo.lr V Adam learning rate [> 0] (default: 0.0003)" in text
+    assert "--ppo.lr V Adam learning rate [> 0] (default: 0.0005)" in text
     assert "--train.shards V collector processes" in text
 
 
@@ -141,11 +179,10 @@ def test_no_module_but_the_entry_point_imports_the_cli():
 
 def test_shipped_presets_hold_the_heuristic_bot_out_of_training():
     """The headline evaluation opponent (SimpleHeuristicsPlayer) is never in a preset's mix."""
-    import glob
-    presets = sorted(glob.glob("config/*.yaml"))
+    presets = C.preset_names()
     assert len(presets) >= 6
-    for path in presets:
-        assert "heuristics" not in mix_names(C.load(path).train.opponents), path
+    for name in presets:
+        assert "heuristics" not in mix_names(C.load(name).train.opponents), name
 
 
 def test_baseline_names_are_poke_envs_players():

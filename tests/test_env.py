@@ -116,7 +116,7 @@ def test_batch_size_is_honoured_and_bad_input_sends_nothing(showdown_url):
 def test_team_preview_in_bss_through_the_pool(showdown_url):
     rng = np.random.default_rng(2)
     kinds = []
-    with BattlePool("gen9bssregi", num_battles=4, opponent="random", teams="config/teams/bss",
+    with BattlePool("gen9bssregi", num_battles=4, opponent="random", teams="teams/bss",
                     server=showdown_url) as pool:
         assert pool.num_envs == 4
         play_until(pool, 4, rng, lambda o, r, t, u, info: kinds.extend(zip(info["elapsed_step"], info["kind"])))

@@ -171,7 +171,7 @@ def test_a_baselines_invalid_choices_are_counted_and_not_printed(capsys):
 def _teams(fmt):
     if fmt.endswith("randombattle"):
         return None
-    return T.prepare(SimpleNamespace(battle_format=fmt, teams=f"config/teams/{fmt}", team_sampling="uniform",
+    return T.prepare(SimpleNamespace(battle_format=fmt, teams=str(C.PRESETS / "teams" / fmt), team_sampling="uniform",
                                      seed=0))
 
 
@@ -271,13 +271,13 @@ def test_eval_of_a_checkpoint_plays_its_own_format_unless_told(tmp_path):
     assert cli.eval_config(parse(["eval", "--checkpoint", gen4])).runner.battle_format == "gen4randombattle"
     told = parse(["eval", "--checkpoint", gen4, "--runner.battle_format", "gen9randombattle"])
     assert cli.eval_config(told).runner.battle_format == "gen9randombattle"  # refused later, naming both
-    preset = parse(["eval", "--checkpoint", gen4, "--config", "config/default.yaml"])
+    preset = parse(["eval", "--checkpoint", gen4, "--config", "default"])
     assert cli.eval_config(preset).runner.battle_format == "gen9randombattle"
-    ou = cli.eval_config(parse(["eval", "--checkpoint", saved("gen1ou", "config/teams/gen1ou")]))
-    assert (ou.runner.battle_format, ou.runner.teams) == ("gen1ou", "config/teams/gen1ou")
-    other = parse(["eval", "--checkpoint", saved("gen1ou", "config/teams/gen1ou"), "--runner.teams",
-                   "config/teams/gen1ou-heldout"])
-    assert cli.eval_config(other).runner.teams == "config/teams/gen1ou-heldout"
+    ou = cli.eval_config(parse(["eval", "--checkpoint", saved("gen1ou", "teams/gen1ou")]))
+    assert (ou.runner.battle_format, ou.runner.teams) == ("gen1ou", str(C.PRESETS / "teams" / "gen1ou"))
+    other = parse(["eval", "--checkpoint", saved("gen1ou", "teams/gen1ou"), "--runner.teams",
+                   "teams/gen1ou-heldout"])
+    assert cli.eval_config(other).runner.teams == str(C.PRESETS / "teams" / "gen1ou-heldout")
 
 
 def test_a_saved_team_path_is_kept_where_it_means_something_here(tmp_path):
@@ -290,12 +290,13 @@ def test_a_saved_team_path_is_kept_where_it_means_something_here(tmp_path):
         return str(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).save_checkpoint())
 
     parse = cli.build_parser().parse_args
-    both = saved("gen1ou,gen2ou", "config/teams/{format}")  # one pool per format: each exists here
-    assert cli.eval_config(parse(["eval", "--checkpoint", both])).runner.teams == "config/teams/{format}"
-    assert cli._outside_config(parse(["serve", "--checkpoint", both])).runner.teams == "config/teams/{format}"
+    shipped = C.PRESETS / "teams"
+    both = saved("gen1ou,gen2ou", "teams/{format}")  # one shipped pool per format: each exists here
+    assert cli.eval_config(parse(["eval", "--checkpoint", both])).runner.teams == str(shipped / "{format}")
+    assert cli._outside_config(parse(["serve", "--checkpoint", both])).runner.teams == str(shipped / "{format}")
     one = cli._outside_config(parse(["serve", "--checkpoint", both, "--format", "gen2ou"]))
-    assert (one.runner.battle_format, one.runner.teams) == ("gen2ou", "config/teams/gen2ou")
-    assert C.teams_here("config/teams/{format}", "gen1ou,gen5ou") is None  # no gen5ou pool here
+    assert (one.runner.battle_format, one.runner.teams) == ("gen2ou", str(shipped / "gen2ou"))
+    assert C.teams_here("teams/{format}", "gen1ou,gen5ou") is None  # no gen5ou pool here
     assert C.teams_here(str(tmp_path / "gone"), "gen1ou") is None  # trained elsewhere
     assert C.teams_here(None, "gen1ou") is None
 
@@ -312,14 +313,14 @@ def test_a_single_format_run_resumed_over_several_formats_credits_what_it_traine
     so the split still sums to the run's decisions."""
     from maple_async import config as C
     from maple_async.run.loop import LearningLoop
-    one = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "one"), "train.tensorboard": False,
+    one = C.load("test", {"train.run_dir": str(tmp_path / "one"), "train.tensorboard": False,
                                       "runner.battle_format": "gen9randombattle"})
     first = LearningLoop(one, "cpu", quiet=True, handle_signals=False)
     assert "format_decisions" not in first.counters
     first.counters["decisions"] = 1234
     path = first.save_checkpoint(final=True)
     first.metrics.close()
-    both = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "both"), "train.tensorboard": False,
+    both = C.load("test", {"train.run_dir": str(tmp_path / "both"), "train.tensorboard": False,
                                        "runner.battle_format": "gen9randombattle,gen9ou"})
     resumed = LearningLoop(both, "cpu", resume=str(path), quiet=True, handle_signals=False)
     resumed.metrics.close()

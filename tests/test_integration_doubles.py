@@ -119,7 +119,7 @@ async def test_64_concurrent_random_doubles_battles_without_an_invalid_choice(ve
 
 @pytest.mark.parametrize("sheets", [True, False])
 async def test_vgc_battles_with_a_learned_preview_and_open_team_sheets(venue, sheets):
-    teams = T.prepare(_runner("gen9vgc2025regi", "config/teams/vgc"))
+    teams = T.prepare(_runner("gen9vgc2025regi", str(C.PRESETS / "teams" / "vgc")))
     orders = []
 
     class Checking(CheckingDoublesAgent):
@@ -153,9 +153,9 @@ async def test_vgc_battles_with_a_learned_preview_and_open_team_sheets(venue, sh
 
 
 def test_presets_and_pools_validate():
-    for preset, fmt, pool in [("config/doubles.yaml", "gen9randomdoublesbattle", None),
-                              ("config/vgc.yaml", "gen9vgc2025regi", "config/teams/vgc"),
-                              ("config/doublesou.yaml", "gen9doublesou", "config/teams/doublesou")]:
+    for preset, fmt, pool in [("doubles", "gen9randomdoublesbattle", None),
+                              ("vgc", "gen9vgc2025regi", str(C.PRESETS / "teams" / "vgc")),
+                              ("doublesou", "gen9doublesou", str(C.PRESETS / "teams" / "doublesou"))]:
         cfg = C.load(preset)
         assert (cfg.runner.battle_format, cfg.runner.teams) == (fmt, pool)
         assert "heuristics" not in cfg.train.opponents and cfg.train.max_minutes == 30
@@ -163,7 +163,7 @@ def test_presets_and_pools_validate():
         assert teams.format.game_type == "doubles"
         if pool:
             assert teams.format.team_preview and len(teams.mine.teams) >= 3
-    vgc = C.load("config/vgc.yaml")
+    vgc = C.load("vgc")
     held = T.prepare(_runner("gen9vgc2025regi", vgc.train.eval_teams))
     train = T.for_config(vgc)
     assert T.for_config(vgc).format.picked == 4
@@ -173,7 +173,7 @@ def test_presets_and_pools_validate():
 def test_train_in_random_doubles_then_eval_its_checkpoint(showdown_url, tmp_path):
     run_dir = tmp_path / "doubles"
     fmt = ["--runner.battle_format", "gen9randomdoublesbattle"]
-    p = run_cli("train", "--config", "config/test.yaml", *fmt, "--server", showdown_url,
+    p = run_cli("train", "--config", "test", *fmt, "--server", showdown_url,
                 "--train.run_dir", str(run_dir))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "final checkpoint" in p.stdout and (run_dir / "latest.pt").exists()
@@ -214,13 +214,13 @@ Ability: Drizzle
 @pytest.mark.parametrize("case", ["illegal", "singles-teams", "singles-checkpoint", "gen9triples",
                                   "gen9multirandombattle", "gen9freeforallrandombattle"])
 def test_bad_doubles_input_stops_with_one_line(tmp_path, case):
-    args = ["train", "--config", "config/vgc.yaml", "--train.run_dir", str(tmp_path / "run")]
+    args = ["train", "--config", "vgc", "--train.run_dir", str(tmp_path / "run")]
     if case == "illegal":
         (tmp_path / "t.txt").write_text(ILLEGAL_VGC)
         args += ["--runner.teams", str(tmp_path / "t.txt")]
         needle = r"team 'Three Restricted' is not legal in gen9vgc2025regi"
     elif case == "singles-teams":
-        args += ["--runner.teams", "config/teams/bss"]
+        args += ["--runner.teams", "teams/bss"]
         needle = r"is written for gen9bssregi \(singles\) and gen9vgc2025regi is doubles: give doubles teams"
     elif case == "singles-checkpoint":
         saved = C.Config().to_dict()
@@ -228,7 +228,7 @@ def test_bad_doubles_input_stops_with_one_line(tmp_path, case):
         args += ["--train.init", str(tmp_path / "singles.pt")]
         needle = r"plays singles and gen9vgc2025regi is a doubles format: use a doubles checkpoint"
     else:
-        args = ["train", "--config", "config/test.yaml", "--runner.battle_format", case]
+        args = ["train", "--config", "test", "--runner.battle_format", case]
         needle = rf"'{case}' is neither singles nor doubles"
     p = run_cli(*args, timeout=180)
     err = p.stderr.strip().splitlines()

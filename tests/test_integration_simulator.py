@@ -248,7 +248,7 @@ def test_simulator_processes_listen_on_nothing():
 
 def test_train_then_eval_on_the_simulator_transport(tmp_path):
     run_dir = tmp_path / "run"
-    p = _run_cli("train", "--config", "config/test.yaml", "--server.transport", "simulator",
+    p = _run_cli("train", "--config", "test", "--server.transport", "simulator",
                  "--runner.seed", "5", "--train.run_dir", str(run_dir))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator (" in p.stdout and "[train] upd" in p.stdout

@@ -11,6 +11,8 @@ import pytest
 
 from maple_async import config as C
 from maple_async import teams as T
+
+SHIPPED = C.PRESETS / "teams"  # the shipped pools
 from maple_async.collect.match import play
 from maple_async.config import BatcherConfig
 from maple_async.inference.policy import InferencePolicy
@@ -29,13 +31,13 @@ def _runner(fmt, teams, sampling="uniform"):
     return SimpleNamespace(battle_format=fmt, teams=teams, team_sampling=sampling, seed=0)
 
 
-POOLS = [("config/bss.yaml", "gen9bssregi", "config/teams/bss", 24),
-         ("config/ou.yaml", "gen9ou", "config/teams/ou", 24),
-         ("config/doublesou.yaml", "gen9doublesou", "config/teams/doublesou", 3),
-         ("config/gen1ou.yaml", "gen1ou", "config/teams/gen1ou", 12),
-         ("config/oldgens.yaml", "gen2ou", "config/teams/gen2ou", 12),
-         ("config/oldgens.yaml", "gen3ou", "config/teams/gen3ou", 12),
-         ("config/oldgens.yaml", "gen4ou", "config/teams/gen4ou", 12)]
+POOLS = [("bss", "gen9bssregi", str(SHIPPED / "bss"), 24),
+         ("ou", "gen9ou", str(SHIPPED / "ou"), 24),
+         ("doublesou", "gen9doublesou", str(SHIPPED / "doublesou"), 3),
+         ("gen1ou", "gen1ou", str(SHIPPED / "gen1ou"), 12),
+         ("oldgens", "gen2ou", str(SHIPPED / "gen2ou"), 12),
+         ("oldgens", "gen3ou", str(SHIPPED / "gen3ou"), 12),
+         ("oldgens", "gen4ou", str(SHIPPED / "gen4ou"), 12)]
 
 
 def _species(team) -> frozenset:
@@ -107,16 +109,16 @@ def test_team_problems_stop_the_run_with_one_line(tmp_path, case):
         fmt = "gen4nosuchformat"
         needle = "runner.battle_format 'gen4nosuchformat' is not a format of the pinned Showdown"
     elif case == "wrong-generation":  # a shipped gen9 OU team: Showdown's gen 1 reason, its file and its name
-        fmt, path = "gen1ou", "config/teams/ou/aurora-veil-offense.txt"
+        fmt, path = "gen1ou", str(SHIPPED / "ou" / "aurora-veil-offense.txt")
         needle = (rf"{re.escape(path)}: team 'Aurora Veil Offense' is not legal in gen1ou: "
                   r".*does not exist in Gen 1")
     else:
-        fmt, path = "gen9randombattle", "config/teams/ou"
+        fmt, path = "gen9randombattle", "teams/ou"
         needle = "'gen9randombattle' builds random teams: remove the teams"
     teams = [] if case in ("no-teams", "unknown-format") else ["--runner.teams", str(path)]
     args = ["--runner.battle_format", fmt] + teams
     run_dir = tmp_path / "run"
-    p = run_cli("train", "--config", "config/test.yaml", "--train.run_dir", str(run_dir), *args, timeout=120)
+    p = run_cli("train", "--config", "test", "--train.run_dir", str(run_dir), *args, timeout=120)
     err = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert err[0].startswith("maple-async: error: ") and re.search(needle, err[0]), err[0]
@@ -125,7 +127,7 @@ def test_team_problems_stop_the_run_with_one_line(tmp_path, case):
 
 
 async def test_concurrent_bss_battles_with_a_learned_team_preview(venue):
-    teams = T.prepare(_runner("gen9bssregi", "config/teams/bss"))
+    teams = T.prepare(_runner("gen9bssregi", str(SHIPPED / "bss")))
     orders = []
 
     class Agent(CheckingAgent):
@@ -154,7 +156,7 @@ async def test_concurrent_bss_battles_with_a_learned_team_preview(venue):
 
 
 async def test_ou_orders_the_whole_team(venue):
-    teams = T.prepare(_runner("gen9ou", "config/teams/ou"))
+    teams = T.prepare(_runner("gen9ou", str(SHIPPED / "ou")))
     orders = []
 
     class Agent(CheckingAgent):
@@ -174,11 +176,11 @@ async def test_ou_orders_the_whole_team(venue):
 
 def test_train_in_bss_then_eval_loads_its_checkpoint(showdown_url, tmp_path):
     run_dir = tmp_path / "bss"
-    fmt = ["--runner.battle_format", "gen9bssregi", "--runner.teams", "config/teams/bss"]
-    p = run_cli("train", "--config", "config/test.yaml", *fmt, "--server", showdown_url,
+    fmt = ["--runner.battle_format", "gen9bssregi", "--runner.teams", "teams/bss"]
+    p = run_cli("train", "--config", "test", *fmt, "--server", showdown_url,
                 "--train.run_dir", str(run_dir))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "[teams] gen9bssregi: 27 teams from config/teams/bss" in p.stdout
+    assert f"[teams] gen9bssregi: 27 teams from {SHIPPED / 'bss'}" in p.stdout
     assert "final checkpoint" in p.stdout and (run_dir / "latest.pt").exists()
     out = tmp_path / "eval.json"
     e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "max_power,random",

@@ -16,7 +16,7 @@ def run_cli(*args, timeout=420):
 
 def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     run_dir = tmp_path / "run"
-    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
+    p = run_cli("train", "--config", "test", "--server", showdown_url,
                 "--train.run_dir", str(run_dir))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "[train] upd" in p.stdout and "final checkpoint" in p.stdout
@@ -37,7 +37,7 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     assert r.returncode == 0 and (run_dir / "report.png").stat().st_size > 20_000, r.stdout + r.stderr
 
     # Resume continues the update counter.
-    p2 = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
+    p2 = run_cli("train", "--config", "test", "--server", showdown_url,
                  "--train.run_dir", str(run_dir), "--train.total_battles", "80", "--resume")
     assert p2.returncode == 0, p2.stdout[-3000:] + p2.stderr[-3000:]
     assert f"resumed from {run_dir / 'latest.pt'}: update {len(rows)}" in p2.stdout
@@ -64,12 +64,12 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
 
 
 def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
-    p = run_cli("pretrain", "--config", "config/test.yaml", "--server", showdown_url, "--teacher", "max_power",
+    p = run_cli("pretrain", "--config", "test", "--server", showdown_url, "--teacher", "max_power",
                 "--battles", "12", "--round-sides", "8", "--train.run_dir", str(tmp_path / "bc"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "[pretrain] round 1 |" in p.stdout and (tmp_path / "bc" / "pretrained.pt").exists()
     assert "24 battle sides" in p.stdout  # both sides of 12 battles recorded
-    t = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url,
+    t = run_cli("train", "--config", "test", "--server", showdown_url,
                 "--train.run_dir", str(tmp_path / "ppo"), "--train.init", str(tmp_path / "bc" / "pretrained.pt"),
                 "--train.total_battles", "100000", "--train.total_decisions", "150")
     assert t.returncode == 0, t.stdout[-3000:] + t.stderr[-3000:]
@@ -89,7 +89,7 @@ def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url,
     import json
     run_dir = tmp_path / "run"
     both = "gen1randombattle,gen4randombattle"
-    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
+    p = run_cli("train", "--config", "test", "--server", showdown_url, "--train.run_dir", str(run_dir),
                 "--runner.battle_format", both, "--train.opponents", "self:0.4,league:0.2,random:0.4",
                 "--train.eval_battles", "4", "--train.eval_opponents", "random", "--train.replay_every", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -126,7 +126,7 @@ def test_an_opponent_schedule_replaces_the_lanes_at_its_decisions(showdown_url, 
     """Scripted bots first, self-play from 300 decisions on: the lanes change once, the
     metrics name max_power early and self-play late, and the bots' lane plays out its battles."""
     run_dir = tmp_path / "run"
-    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
+    p = run_cli("train", "--config", "test", "--server", showdown_url, "--train.run_dir", str(run_dir),
                 "--train.opponents", "max_power:1; @300 self:1", "--train.total_battles", "96",
                 "--train.replay_every", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -142,7 +142,7 @@ def test_curve_with_search_keeps_its_rows_apart_from_the_plain_ones(showdown_url
     """``curve --search``: the searched checkpoints' rows carry their own opponent key, so the
     cache skips them on a second call and a plain curve still plays its own rows."""
     run_dir = tmp_path / "run"
-    p = run_cli("train", "--config", "config/test.yaml", "--server", showdown_url, "--train.run_dir", str(run_dir),
+    p = run_cli("train", "--config", "test", "--server", showdown_url, "--train.run_dir", str(run_dir),
                 "--runner.battle_format", "gen4randombattle", "--train.total_battles", "32",
                 "--train.replay_every", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

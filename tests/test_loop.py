@@ -57,7 +57,8 @@ class ScriptedTransport:
 def _cfg(tmp_path, **over):
     return C.load(None, {"train.run_dir": str(tmp_path / "run"), "train.tensorboard": False,
                          "network.hidden_size": 8, "ppo.epochs": 1, "train.battles_per_update": 8,
-                         "train.checkpoint_every_updates": 2, **over})
+                         "train.checkpoint_every_updates": 2, "train.opponents": "self:1.0",
+                         "ppo.lr_schedule": "constant", **over})
 
 
 async def test_updates_publish_checkpoint_and_stop_by_the_rules(tmp_path):

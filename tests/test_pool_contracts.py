@@ -154,7 +154,7 @@ def _battles_of(pool, seed, n_sides=8):
     return sorted(done)[:n_sides]
 
 
-@pytest.mark.parametrize("fmt,teams", [("gen9randombattle", None), ("gen9bssregi", "config/teams/bss")])
+@pytest.mark.parametrize("fmt,teams", [("gen9randombattle", None), ("gen9bssregi", "teams/bss")])
 def test_reset_with_a_seed_repeats_the_battles_on_the_simulator_transport(fmt, teams):
     # one battle in flight: the n-th battle of a seed is the same whatever the timing
     with BattlePool(fmt, num_battles=1, teams=teams,

@@ -105,7 +105,7 @@ def test_train_init_takes_the_weights_and_the_teacher(tmp_path):
     ckpt.save(tmp_path / "pre.pt", {"config": cfg.to_dict(), "learner": learner.state_dict(),
                                    "counters": {}, "league": [], "pretrain": {"teacher": "heuristics"}})
     cfg2 = C.load(None, {"train.run_dir": str(tmp_path / "b"), "network.hidden_size": 16,
-                         "train.init": str(tmp_path / "pre.pt")})
+                         "train.init": str(tmp_path / "pre.pt"), "train.opponents": "self:1.0"})
     loop = LearningLoop(cfg2, "cpu", quiet=True, handle_signals=False)
     for k, v in learner.network.state_dict().items():
         assert torch.equal(loop.learner.network.state_dict()[k], v)

@@ -48,7 +48,7 @@ async def test_training_survives_server_kill(tmp_path):
 
     # total_battles far beyond what the test plays: the run must not reach its end (and stop
     # without noticing the fault) in the seconds between the kill and the fault being seen.
-    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 10_000,
+    cfg = C.load("test", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 10_000,
                                       "train.battles_per_update": 16})
     trainer = LearningLoop(cfg, "cpu", quiet=True)
     srv = ShowdownServer()
@@ -197,7 +197,7 @@ def test_checkpoint_of_another_shape_is_refused(tmp_path):
                         "train.tensorboard": False})
     path = Trainer(cfg, "cpu", quiet=True).save_checkpoint()
     # Refused before any server is started.
-    p = run_cli("train", "--config", "config/test.yaml", "--train.run_dir", str(tmp_path / "r"),
+    p = run_cli("train", "--config", "test", "--train.run_dir", str(tmp_path / "r"),
                 "--network.hidden_size", "32", "--resume", str(path))
     _assert_user_error(p, "does not fit the configured network")
     assert "managed Showdown" not in p.stdout
@@ -205,11 +205,11 @@ def test_checkpoint_of_another_shape_is_refused(tmp_path):
 
 def test_a_resume_of_a_finished_run_is_refused(tmp_path):
     from maple_async.run.loop import LearningLoop as Trainer
-    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "r"), "train.tensorboard": False})
+    cfg = C.load("test", {"train.run_dir": str(tmp_path / "r"), "train.tensorboard": False})
     done = Trainer(cfg, "cpu", quiet=True)
     done.counters["battles"] = cfg.train.total_battles
     path = done.save_checkpoint()
-    p = run_cli("train", "--config", "config/test.yaml", "--train.run_dir", str(tmp_path / "r"), "--resume")
+    p = run_cli("train", "--config", "test", "--train.run_dir", str(tmp_path / "r"), "--resume")
     _assert_user_error(p, f"already trained {cfg.train.total_battles} battle sides of train.total_battles")
     assert f"--train.total_battles {2 * cfg.train.total_battles}" in p.stderr and path.exists()
     assert "managed Showdown" not in p.stdout
@@ -226,7 +226,7 @@ def test_node_missing_is_reported(tmp_path):
 def test_sigterm_leaves_checkpoint_and_no_server(tmp_path, transport):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "maple_async.cli", "train", "--config", "config/test.yaml",
+        [sys.executable, "-m", "maple_async.cli", "train", "--config", "test",
          "--train.run_dir", str(run_dir), "--train.total_battles", "100000",
          "--server.transport", transport, "--train.eval_battles", "500"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -151,7 +151,7 @@ def test_record_episode_statistics_counts_each_battle_side_once(showdown_url):
         env.close()
 
 
-@pytest.mark.parametrize("fmt,teams", [("gen9randomdoublesbattle", None), ("gen9vgc2025regi", "config/teams/vgc")])
+@pytest.mark.parametrize("fmt,teams", [("gen9randomdoublesbattle", None), ("gen9vgc2025regi", "teams/vgc")])
 def test_doubles_train_with_maskable_ppo_unchanged(showdown_url, fmt, teams):
     venv = make_sb3_vec_env(fmt, num_battles=2, server=showdown_url, teams=teams)
     try:

@@ -132,14 +132,15 @@ async def test_sampled_states_keep_what_showdown_showed(showdown_url, fmt):
             r for r in me.refused if r.startswith("volatile:")}, me.refused
 
 
-@pytest.mark.parametrize("fmt,teams", [("gen9ou", "config/teams/ou"), ("gen9bssregi", "config/teams/bss"),
-                                        ("gen4ou", "config/teams/gen4ou")])
+@pytest.mark.parametrize("fmt,teams", [("gen9ou", "teams/ou"), ("gen9bssregi", "teams/bss"),
+                                        ("gen4ou", "teams/gen4ou")])
 async def test_sampled_states_in_team_formats_keep_what_showdown_showed(showdown_url, fmt, teams):
     """Team formats: our side from a team file's spreads (any EVs, natures); the opponent's bench
     from team preview's species where the generation has one; sets from the generation's random
     battle sets (public data), never the opponent's team file."""
     from maple_async.teams import _pool
-    _, pool = _pool(fmt, teams, "uniform", 3, None)
+    from maple_async.config import PRESETS
+    _, pool = _pool(fmt, str(PRESETS / teams), "uniform", 3, None)
     async with LeafHub() as hub:
         tag = run_id()
         me = Recorder(hub, **player_kwargs(showdown_url, f"blt{tag}a", 1, fmt, team=pool.builder(0)))

@@ -263,7 +263,7 @@ def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path, 
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 def test_play_with_search_prints_its_line(showdown_url):
-    p = run_cli("play", "--config", "config/test.yaml", "--battles", "2", "--search", "--server", showdown_url,
+    p = run_cli("play", "--config", "test", "--battles", "2", "--search", "--server", showdown_url,
                 "--runner.battle_format", "gen4randombattle", "--runner.opponent", "random",
                 "--runner.concurrency", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -300,7 +300,7 @@ def test_eval_with_search_plays_the_same_checkpoint_without_search(showdown_url,
 
 def test_search_flags_are_refused_in_one_line(tmp_path):
     e = run_cli("eval", "--checkpoint", "nowhere.pt", "--search", "--search.prior_weight", "1.5",
-                "--runner.battle_format", "gen4randombattle", "--config", "config/test.yaml")
+                "--runner.battle_format", "gen4randombattle", "--config", "test")
     assert e.returncode == 2 and "'search.prior_weight' must be <= 1" in e.stderr, e.stderr[-2000:]
 
 

@@ -290,7 +290,7 @@ async def test_a_failed_training_worker_reports_its_cause(tmp_path, capsys):
     from maple_async import config as C
     from maple_async.run.transports import ProcessTransport
 
-    cfg = C.load("config/test.yaml", {"train.run_dir": str(tmp_path / "run"), "train.shards": 2})
+    cfg = C.load("test", {"train.run_dir": str(tmp_path / "run"), "train.shards": 2})
     cfg.train.worker_device = "bogus"  # the workers' own config check fails
     tp = ProcessTransport(cfg)
     await tp.start({"version": 0, "weights": {}})
@@ -314,7 +314,7 @@ from maple_async.run.loop import LearningLoop
 from maple_async.run.transports import ProcessTransport
 
 async def main():
-    cfg = C.load("config/test.yaml", {"train.run_dir": sys.argv[1], "train.shards": 2,
+    cfg = C.load("test", {"train.run_dir": sys.argv[1], "train.shards": 2,
                                        "runner.concurrency": 2})
     tp = ProcessTransport(cfg, quiet=True)
     await tp.start(LearningLoop(cfg, "cpu", quiet=True).weights_msg())

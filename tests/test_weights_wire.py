@@ -28,7 +28,7 @@ def _same(a: dict, b: dict) -> None:
 
 
 async def test_a_broadcast_reaches_a_worker_as_bytes_and_reads_back_as_the_same_tensors(tmp_path):
-    tp = ProcessTransport(C.load("config/test.yaml", {"train.shards": 2}), quiet=True)
+    tp = ProcessTransport(C.load("test", {"train.shards": 2}), quiet=True)
     ctx = mp.get_context("spawn")
     queues = [ctx.Queue(), ctx.Queue()]
     tp.shards = [_Shard(i, ProcessWorker(SimpleNamespace(is_alive=lambda: True), q)) for i, q in enumerate(queues)]

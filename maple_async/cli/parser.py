@@ -27,7 +27,8 @@ SHORT_FLAGS = {
 def add_config_flags(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
     """``--config`` and one ``--section.key`` flag per config key, grouped by section, each
     with its meaning and default (and its short form where it has one)."""
-    p.add_argument("--config", help="YAML config (see config/*.yaml); flags override it")
+    p.add_argument("--config", help="a preset by name (quick, default, bss, ...: maple_async/presets) or "
+                                    "a YAML file; flags override it")
     short = {k: f for f, k in SHORT_FLAGS.items() if f not in skip}
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, f, _ann in config_mod.declared_keys():
@@ -117,7 +118,7 @@ def play_parser(sub) -> None:
 
 
 def train_parser(sub) -> None:
-    tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
+    tr = sub.add_parser("train", help="train with recurrent PPO (presets: --config quick, default, ...)")
     tr.add_argument("--resume", nargs="?", const="latest", default=None,
                     help="continue from a checkpoint (default: <run_dir>/latest.pt); the run's limits "
                          "(train.total_battles, total_decisions, max_minutes) count what it trained before")
@@ -272,8 +273,31 @@ COMMAND_PARSERS = (server_parser, play_parser, train_parser, pretrain_parser, ev
                    serve_parser, ladder_parser, curve_parser, report_parser, engine_parser)
 
 
+def version() -> str:
+    """``--version``: the version and where the package was imported from (as pip says its own)."""
+    import sys
+    from pathlib import Path
+
+    import maple_async
+    return (f"maple-async {maple_async.__version__} from {Path(maple_async.__file__).parent} "
+            f"(python {sys.version_info.major}.{sys.version_info.minor})")
+
+
+class _PrintVersion(argparse.Action):
+    """``--version`` printed as one line: argparse's own action wraps a long path."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and where the package is, then exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="maple-async", description=DESCRIPTION)
+    p.add_argument("--version", action=_PrintVersion)
     sub = p.add_subparsers(dest="command", required=True)
     for add_parser in COMMAND_PARSERS:
         add_parser(sub)

@@ -154,7 +154,9 @@ class Agent:
                  on_trajectory: Optional[Callable[[Trajectory], None]] = None,
                  name: str = "agent", gamma: float = 0.99, listener=None,
                  batcher_cls: type = InferenceBatcher, batcher_kwargs: Optional[dict] = None):
-        """``listener``: told of every battle side that ends (``ended(key, live, outcome,
+        """``reward_cfg``: the reward of what it records (None: win/loss alone, not the
+        config's default shaping: an opponent's rewards teach nobody, and shaping them would
+        read both teams at every decision). ``listener``: told of every battle side that ends (``ended(key, live, outcome,
         reward)``, the final reward) or is abandoned (``abandoned(key, live)``); a pool of
         battles for an outside learner listens. ``batcher_cls``/``batcher_kwargs``: the
         batcher (a pool's hands each batch to its caller instead of a forward pass)."""
@@ -168,7 +170,7 @@ class Agent:
             max_wait_ms=batcher_cfg.max_wait_ms, wait_per_side_ms=batcher_cfg.wait_per_side_ms,
             offload_min_batch=batcher_cfg.offload_min_batch, quiet_gaps=batcher_cfg.quiet_gaps,
             min_quiet_ms=batcher_cfg.min_quiet_ms, **(batcher_kwargs or {}))
-        self.reward_cfg = reward_cfg or RewardConfig()
+        self.reward_cfg = reward_cfg or RewardConfig(hp=0.0, faint=0.0)
         self.gamma = gamma  # potential-based shaping discounts with the learner's gamma
         self.record = record
         self.on_trajectory = on_trajectory

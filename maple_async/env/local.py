@@ -56,9 +56,10 @@ class BattlePool(PoolAPI):
     (default: a managed loopback server, started here and stopped by ``close()``).
     ``embed_battle(battle) -> np.ndarray`` and ``observation_space``: your observation
     instead of the encoder's; ``reward_fn(battle) -> float``: your reward of the step that
-    led to this state (default: the config's composite reward; without ``config``, the
-    presets' win 1, hp 0.1, faint 0.05). Both run on your thread, inside ``recv``.
-    ``config``: a preset (YAML path or Config); ``**options``: its keys (``max_wait_ms=5``,
+    led to this state (default: the config's composite reward, by default win 1, hp 0.1,
+    faint 0.05). Both run on your thread, inside ``recv``.
+    ``config``: a preset (a name such as ``"bss"``, a YAML path or a Config; default: the
+    defaults, which are the ``default`` preset's); ``**options``: its keys (``max_wait_ms=5``,
     ``"runner.seed"=1``, ...). ``shards``: 1 only (the battles run in this process).
     """
 

@@ -33,7 +33,7 @@ def side_state(battle) -> tuple[float, int, float, int]:
 
 
 class RewardWeights(Protocol):
-    """What the tracker reads of ``config.RewardConfig`` (obs/ sits below config/)."""
+    """What the tracker reads of ``config.RewardConfig`` (obs/ sits below config.py)."""
 
     win: float
     hp: float
