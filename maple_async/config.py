@@ -128,7 +128,7 @@ class PPOConfig:
                     choices=("ppo", "reinforce"))
     lr: float = key(3e-4, "Adam learning rate", gt=0)
     lr_schedule: str = key("constant", "constant, or linear decay to 5% over the run's budget "
-                                       "(total_battles, total_decisions or max_minutes, whichever ends first)",
+                                       "(total_sides, total_decisions or max_minutes, whichever ends first)",
                            choices=("constant", "linear"))
     gamma: float = key(0.99, "discount per decision", ge=0, le=1)
     gae_lambda: float = key(0.95, "GAE lambda", ge=0, le=1)
@@ -149,8 +149,11 @@ class PPOConfig:
 
 @dataclass
 class TrainConfig:
-    battles_per_update: int = key(64, "finished battle sides (trajectories) per update", gt=0)
-    total_battles: int = key(2000, "battle sides (trajectories) to train on, then stop", gt=0)
+    # A battle side is one player's part of a battle, one trajectory: a self-play battle gives
+    # the learner two, a battle against a baseline or the league one.
+    sides_per_update: int = key(64, "finished battle sides per update (a side: one player's part of a battle, "
+                                    "one trajectory; a self-play battle is two)", gt=0)
+    total_sides: int = key(2000, "battle sides to train on, then stop (a self-play battle is two)", gt=0)
     max_minutes: float = key(0.0, "stop after this many minutes of training in the whole run (--resume "
                                   "continues the count; 0: no time limit)", ge=0)
     total_decisions: int = key(0, "stop after training on this many decisions (steps, as published "
@@ -161,7 +164,7 @@ class TrainConfig:
                                      '"max_power:0.5,self:0.5; @5e5 self:0.8,league:0.2"')
     opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "
                                               "self-play's other side); unset: runner.teams")
-    hold_when_behind: bool = key(True, "an update on twice battles_per_update or more (the learner is "
+    hold_when_behind: bool = key(True, "an update on twice sides_per_update or more (the learner is "
                                        "behind) holds every decision until it ends, so the CPU is the "
                                        "learner's and updates stay small")
     league_size: int = key(5, "league snapshots kept", gt=0)
@@ -315,7 +318,24 @@ def _check_type(key: str, value: Any, annotation: Any) -> Any:
     )
 
 
+# Keys renamed: the old name, in a file or a flag, is answered with the new one; a config saved
+# inside a checkpoint or a run folder before the rename is read under the new names.
+RENAMED = {"train.total_battles": "train.total_sides", "train.battles_per_update": "train.sides_per_update"}
+
+
+def renamed(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved config's sections with the keys of :data:`RENAMED` under their new names."""
+    out = {s: dict(v) if isinstance(v, dict) else v for s, v in data.items()}
+    for old, new in RENAMED.items():
+        section, _, name = old.partition(".")
+        if isinstance(out.get(section), dict) and name in out[section]:
+            out[section].setdefault(new.partition(".")[2], out[section].pop(name))
+    return out
+
+
 def _apply(cfg: Config, key: str, value: Any) -> None:
+    if key in RENAMED:
+        raise ConfigError(f"config key '{key}' is now {RENAMED[key]}")
     section, _, name = key.partition(".")
     if section not in SECTIONS or not name:
         raise ConfigError(
@@ -479,8 +499,9 @@ def from_dict(data: dict[str, Any], base: Optional[Config] = None) -> Config:
     return cfg
 
 
-def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None) -> Config:
-    """Load YAML at ``path`` (or defaults), apply ``overrides`` (``section.key``), validate."""
+def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None, saved: bool = False) -> Config:
+    """Load YAML at ``path`` (or defaults), apply ``overrides`` (``section.key``), validate.
+    ``saved``: the file is a run folder's ``config.yaml``, whose keys may be older (:data:`RENAMED`)."""
     cfg = Config()
     if path is not None:
         p = Path(path)
@@ -492,7 +513,7 @@ def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None)
             mark = getattr(e, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
             raise ConfigError(f"malformed YAML in {p}{where}: {getattr(e, 'problem', e)}") from None
-        from_dict(data, cfg)
+        from_dict(renamed(data) if saved and isinstance(data, dict) else data, cfg)
     for key, value in (overrides or {}).items():
         _apply(cfg, key, value)
     return validate(cfg)
@@ -512,8 +533,9 @@ def all_keys() -> list[tuple[str, Any]]:
 
 
 def from_saved(data: dict[str, Any]) -> Config:
-    """Rebuild a Config saved inside a checkpoint: read, then validated as a loaded one is."""
-    cfg = from_dict(data)
+    """Rebuild a Config saved inside a checkpoint (its keys perhaps older: :data:`RENAMED`): read,
+    then validated as a loaded one is."""
+    cfg = from_dict(renamed(data))
     return validate(cfg)
 
 

@@ -74,6 +74,25 @@ def test_yaml_and_override_precedence(tmp_path):
     assert C.from_saved(cfg.to_dict()) == cfg
 
 
+def test_renamed_keys_point_to_their_new_names_and_saved_configs_still_load(tmp_path):
+    """train.total_battles and train.battles_per_update counted battle sides: a file or a flag
+    with the old name is answered with the new one; a checkpoint's or a run folder's config
+    written before the rename loads under the new names."""
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  total_battles: 96\n")
+    with pytest.raises(C.ConfigError, match=r"^config key 'train.total_battles' is now train.total_sides$"):
+        C.load(p)
+    with pytest.raises(C.ConfigError, match="'train.battles_per_update' is now train.sides_per_update"):
+        C.load(None, {"train.battles_per_update": 8})
+    old = C.Config().to_dict()
+    old["train"] = {("total_battles" if k == "total_sides" else "battles_per_update" if k == "sides_per_update"
+                     else k): v for k, v in old["train"].items()}
+    old["train"].update(total_battles=96, battles_per_update=8)
+    cfg = C.from_saved(old)
+    assert (cfg.train.total_sides, cfg.train.sides_per_update) == (96, 8)
+    assert C.load(p, saved=True).train.total_sides == 96  # a run folder's config.yaml
+
+
 def test_opponent_mix_normalised():
     assert C.parse_opponent_mix("self:0.5,league:0.3,heuristics:0.2") == pytest.approx(
         {"self": 0.5, "league": 0.3, "heuristics": 0.2})

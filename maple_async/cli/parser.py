@@ -45,7 +45,8 @@ def add_config_flags(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
         groups[section].add_argument(*names, dest=name, default=None, metavar="V", help=help_)
 
 
-def load_config(args: argparse.Namespace) -> config_mod.Config:
+def load_config(args: argparse.Namespace, saved: bool = False) -> config_mod.Config:
+    """The command's config: ``--config`` (``saved``: a run folder's, perhaps older) and its flags."""
     overrides: dict[str, Any] = {}
     for key, _ann in config_mod.all_keys():
         raw = getattr(args, key, None)
@@ -54,7 +55,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
             if key == "server.url" and value is not None:
                 value = str(raw)
             overrides[key] = value
-    return config_mod.load(args.config, overrides)
+    return config_mod.load(args.config, overrides, saved)
 
 
 def add_outside_flags(p: argparse.ArgumentParser, concurrency: int) -> None:
@@ -120,7 +121,7 @@ def train_parser(sub) -> None:
     tr = sub.add_parser("train", help="train with recurrent PPO (see config/*.yaml presets)")
     tr.add_argument("--resume", nargs="?", const="latest", default=None,
                     help="continue from a checkpoint (default: <run_dir>/latest.pt); the run's limits "
-                         "(train.total_battles, total_decisions, max_minutes) count what it trained before")
+                         "(train.total_sides, total_decisions, max_minutes) count what it trained before")
     add_config_flags(tr)
 
 

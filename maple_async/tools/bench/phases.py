@@ -143,7 +143,7 @@ def _training_cfg(cfg):
     import tempfile
     c = copy.deepcopy(cfg)
     with tempfile.TemporaryDirectory(prefix="maple-bench-") as run_dir:
-        c.train.opponents, c.train.total_battles, c.train.max_minutes = "self:1", 10 ** 9, 0.0
+        c.train.opponents, c.train.total_sides, c.train.max_minutes = "self:1", 10 ** 9, 0.0
         c.train.run_dir, c.train.tensorboard, c.train.checkpoint_every_updates = run_dir, False, 10 ** 9
         yield c
 
