@@ -60,7 +60,9 @@ class RunnerConfig:
     concurrency: int = key(64, "battles in flight per player", gt=0)
     open_team_sheets: bool = key(False, "VGC: every player of the run accepts open team sheets (both "
                                         "sides' sets are shown at team preview when both accept)")
-    opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics", "search"))
+    opponent: str = key("self", "the other side in play, and whom pretrain's teacher plays: self (the same "
+                                "player on both sides) or a baseline", choices=("self", "random", "max_power",
+                                                                                 "heuristics", "search"))
     device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
                       choices=("auto", "cpu", "cuda", "mps"))
     battle_timeout_s: float = key(300.0, "a battle Showdown leaves silent this long (our pending decisions do not count) is forfeited and freed", gt=0)
@@ -77,8 +79,9 @@ class RunnerConfig:
                                          "objects are collected every this many allocations (0: Python's "
                                          "defaults)", ge=0)
     seed: Optional[int] = key(None, "seed of torch, numpy and random (main process: this seed; shard "
-                                    "worker i: seed + 1000 (i + 1)), of minibatch order and of team "
-                                    "draws; Showdown's own random numbers are not seeded")
+                                    "worker i: seed + 1000 (i + 1)), of minibatch order, of team draws "
+                                    "and, with the simulator transport, of every battle (a websocket "
+                                    "server's battles are not seeded)")
 
 
 @dataclass
@@ -195,7 +198,9 @@ class TrainConfig:
     replay_every: int = key(0, "keep one learner battle in this many as a replay (HTML + protocol log) "
                                "in <run_dir>/replays; 0: none", ge=0)
     replay_keep: int = key(200, "replays kept per process; the oldest are deleted first", gt=0)
-    shards: int = key(1, "collector processes, each with its own Showdown server and event loop", gt=0)
+    shards: int = key(1, "collector processes, each with its own event loop and its own simulator processes "
+                         "(or, with the websocket transport, its own managed server; with server.url all "
+                         "play on that server)", gt=0)
     worker_device: str = key("cpu", "where shard workers run inference (cpu keeps CUDA out of them)",
                              choices=("cpu", "cuda"))
     backend: str = key("local", "local (processes on this machine) or ray (actors across a cluster)",

@@ -131,20 +131,6 @@ def test_every_key_declares_its_meaning():
         assert f.metadata.get("help"), f"{name} has no help text"
 
 
-@pytest.mark.parametrize("command", ["train", "play", "eval", "bench"])
-def test_help_lists_every_key_with_its_default(command):
-    import subprocess
-    import sys
-    p = subprocess.run([sys.executable, "-m", "maple_async.cli", command, "--help"], capture_output=True,
-                       text=True, env={"COLUMNS": "200", "PATH": ""}, timeout=60)
-    assert p.returncode == 0, p.stderr
-    text = " ".join(p.stdout.split())  # argparse wraps lines
-    for name, f, _ann in C.declared_keys():
-        assert f"--{name}" in text, name
-    assert "--ppo.lr V Adam learning rate [> 0] (default: 0.0003)" in text
-    assert "--train.shards V collector processes" in text
-
-
 def test_no_module_but_the_entry_point_imports_the_cli():
     import ast
     from pathlib import Path

@@ -55,7 +55,7 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     assert len(curve_rows) == 2 and {r["label"] for r in curve_rows} == {"held out"}
     assert int(curve_rows[0]["update"]) < int(curve_rows[1]["update"]) == int(rows2[-1]["update"])
 
-    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "random",
+    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "random",
                 "--battles", "12", "--server", showdown_url, "--concurrency", "12")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
     # test.yaml trains on self-play only: random is held out
@@ -110,10 +110,10 @@ def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url,
             f"gen4randombattle {split['gen4randombattle']}") in p.stdout
 
     ckpt = str(run_dir / "latest.pt")
-    e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,
+    e = run_cli("eval", "--checkpoint", ckpt, "--opponents", "random", "--battles", "4", "--server", showdown_url,
                 "--concurrency", "4", "--runner.battle_format", "gen4randombattle")
     assert e.returncode == 0 and "[eval] latest.pt vs random (in training): win rate" in e.stdout, e.stdout + e.stderr
-    e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,
+    e = run_cli("eval", "--checkpoint", ckpt, "--opponents", "random", "--battles", "4", "--server", showdown_url,
                 "--runner.battle_format", "gen9randombattle")
     assert e.returncode == 2 and e.stderr.strip().splitlines()[-1].startswith(
         f"maple-async: error: checkpoint {ckpt} was trained on generation 1, 4 ({both}) and gen9randombattle "

@@ -116,7 +116,8 @@ class Progress:
         return f"{who + ': ' if who else ''}win rate {rate:.3f} ({r['won']}W/{r['lost']}L/{r['tied']}T)"
 
     def line(self, now: float) -> str:
-        """A log's line: ``[eval] 57/200 battles (28%) | vs random: win rate 0.614 (35W/22L/0T) | 2m10s, ~5m28s left``."""
+        """A log's line:
+        ``[eval] 57/200 battles (28%) | vs random: win rate 0.614 (35W/22L/0T) | 2m10s, ~5m28s left``."""
         done = self.done()
         count = f"{done}/{self.total} battles ({done / self.total:.0%})" if self.total else f"{done} battles"
         left = self.left_s(now)
