@@ -118,3 +118,16 @@ def test_serve_takes_the_vocabulary_of_every_other_command(tmp_path):
     assert cli.outside_config(cli.build_parser().parse_args(["serve", "--policy", "m:p"])).runner.concurrency == 8
     with pytest.raises(C.ConfigError, match="'runner.concurrency' must be > 0"):
         cli.outside_config(cli.build_parser().parse_args(["serve", "--policy", "m:p", "--concurrency", "0"]))
+
+
+def test_the_config_reference_is_current():
+    """docs/config.md is written from the same declarations as the flags: regenerated here and
+    compared (after a change to config.py, run the command this failure names)."""
+    from pathlib import Path
+
+    from maple_async.cli.reference import COMMAND, reference
+    text = reference()
+    assert (Path(__file__).resolve().parent.parent / "docs" / "config.md").read_text() == text, \
+        f"docs/config.md is not current: run {COMMAND}"
+    for name, f, _ann in C.declared_keys():
+        assert f"| `{name}`" in text and f.metadata["help"].split(";")[0].replace("|", "\\|") in text, name
