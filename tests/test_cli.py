@@ -131,3 +131,16 @@ def test_the_config_reference_is_current():
         f"docs/config.md is not current: run {COMMAND}"
     for name, f, _ann in C.declared_keys():
         assert f"| `{name}`" in text and f.metadata["help"].split(";")[0].replace("|", "\\|") in text, name
+
+
+def test_a_run_folders_config_written_before_a_rename_still_loads(tmp_path):
+    """``eval --config RUN/config.yaml`` (what train prints when stopped early) and ``curve RUN``
+    read a run folder's config as saved; a config file of one's own is answered with the new name."""
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "config.yaml").write_text("train:\n  total_battles: 96\n  battles_per_update: 8\n")
+    args = cli.build_parser().parse_args(["eval", "--config", str(tmp_path / "config.yaml")])
+    cfg = cli.load_config(args)
+    assert (cfg.train.total_sides, cfg.train.sides_per_update) == (96, 8)
+    (tmp_path / "mine.yaml").write_text("train:\n  total_battles: 96\n")
+    with pytest.raises(C.ConfigError, match="'train.total_battles' is now train.total_sides"):
+        cli.load_config(cli.build_parser().parse_args(["eval", "--config", str(tmp_path / "mine.yaml")]))

@@ -189,10 +189,9 @@ def cmd_curve(args) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a folder (give a training run folder, e.g. runs/default)")
-    saved = args.config is None and (run_dir / "config.yaml").exists()
-    if saved:
+    if args.config is None and (run_dir / "config.yaml").exists():
         args.config = str(run_dir / "config.yaml")  # the run's format, teams and battle options
-    cfg = load_config(args, saved=saved)
+    cfg = load_config(args)
     if args.battles < 1 or args.points < 1:
         raise UserError("--battles and --points must be >= 1")
     search = _search_config(args, cfg)

@@ -11,6 +11,7 @@ does not read answers with what it reads. Every option's help ends with its defa
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Optional
 
 from .. import config as config_mod
@@ -204,9 +205,13 @@ def flag_values(args: argparse.Namespace, keys=None) -> dict[str, Any]:
     return out
 
 
-def load_config(args: argparse.Namespace, saved: bool = False) -> config_mod.Config:
-    """The command's config: ``--config`` (``saved``: a run folder's, perhaps older) and its flags."""
-    return config_mod.load(getattr(args, "config", None), flag_values(args), saved)
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    """The command's config: ``--config`` and its flags. A run folder's ``config.yaml`` (beside
+    its checkpoints) is read as saved: written before a key was renamed, it loads as it is."""
+    path = getattr(args, "config", None)
+    run = path is not None and Path(path).name == "config.yaml" and (
+        (Path(path).parent / "checkpoints").is_dir() or (Path(path).parent / "latest.pt").exists())
+    return config_mod.load(path, flag_values(args), saved=run)
 
 
 def add_outside_flags(p: argparse.ArgumentParser, command: str, concurrency: int, why: str) -> None:
