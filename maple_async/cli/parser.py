@@ -94,7 +94,7 @@ class Help(argparse.HelpFormatter):
     and stands ``[--SECTION.KEY V ...]`` for its config keys."""
 
     def __init__(self, prog, **kw):
-        super().__init__(prog, max_help_position=32, **kw)
+        super().__init__(prog, max_help_position=28, **kw)
 
     def _get_help_string(self, action):
         text = action.help or ""
