@@ -136,7 +136,8 @@ def key_help(name: str, default: Optional[str] = None, extra: str = "") -> str:
     (``default``: how this command's default reads, when it is not the key's)."""
     f = _FIELDS[name]
     meta = f.metadata
-    limits = ", ".join(f"{w} {meta[b]:g}" for b, w in (("gt", ">"), ("ge", ">="), ("le", "<=")) if meta[b] is not None)
+    limits = ", ".join(f"{w} {meta[b]:g}" for b, w in (("gt", ">"), ("ge", ">="), ("le", "<="))
+                       if meta[b] is not None)
     choices = " | ".join(meta["choices"]) if meta["choices"] else ""
     ranges = "; ".join(x for x in (choices, limits) if x)
     if default is None:
@@ -144,10 +145,10 @@ def key_help(name: str, default: Optional[str] = None, extra: str = "") -> str:
     return (meta["help"] + extra + (f" [{ranges}]" if ranges else "")).replace("%", "%%") + f" (default: {default})"
 
 
-def add_key_flag(group, command: str, name: str, default: Optional[str] = None, extra: str = "") -> None:
-    names = [f"--{name}"]
+def add_key_flag(group, name: str, default: Optional[str] = None, extra: str = "") -> None:
+    """``--section.key V`` (after its short form, where it has one)."""
     short = [f for f, k in SHORT_FLAGS.items() if k == name]
-    group.add_argument(*short, *names, dest=name, default=None, metavar="V", action=_KeyFlag,
+    group.add_argument(*short, f"--{name}", dest=name, default=None, metavar="V", action=_KeyFlag,
                        help=key_help(name, default, extra))
 
 
@@ -169,7 +170,7 @@ def add_config_flags(p: argparse.ArgumentParser, command: str, defaults: Optiona
         section = name.split(".")[0]
         if section not in groups:
             groups[section] = p.add_argument_group(f"{section} (config section '{section}')")
-        add_key_flag(groups[section], command, name, defaults.get(name), extra.get(name, ""))
+        add_key_flag(groups[section], name, defaults.get(name), extra.get(name, ""))
     refuse(p, command)
 
 
