@@ -11,7 +11,7 @@ for N in ${SHARDS:-1 2}; do
   rm -rf "$OUT/s$N"
   "$M" train --config "${CONFIG:-gpu}" --device "${DEVICE:-auto}" --train.shards "$N" \
     --train.worker_device cpu --train.opponents self:1.0 --concurrency "${CONCURRENCY:-64}" \
-    --train.battles_per_update 128 --train.max_minutes "${MINUTES:-1}" --train.total_battles 10000000 \
+    --train.sides_per_update 128 --train.max_minutes "${MINUTES:-1}" --train.total_sides 10000000 \
     --train.eval_battles 0 --train.tensorboard false --train.checkpoint_every_updates 1000 \
     --train.run_dir "$OUT/s$N" > "$OUT.s$N.log" 2>&1 || { echo "shards=$N failed: see $OUT.s$N.log"; continue; }
   "${MAPLE_VENV:-.venv}/bin/python" benchmarks/scale_summary.py "$OUT/s$N/metrics.csv" "$N"

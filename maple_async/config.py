@@ -64,7 +64,9 @@ class RunnerConfig:
     concurrency: int = key(64, "battles in flight per player", gt=0)
     open_team_sheets: bool = key(False, "VGC: every player of the run accepts open team sheets (both "
                                         "sides' sets are shown at team preview when both accept)")
-    opponent: str = key("self", "opponent of `play`", choices=("self", "random", "max_power", "heuristics", "search"))
+    opponent: str = key("self", "the other side in play, and whom pretrain's teacher plays: self (the same "
+                                "player on both sides) or a baseline", choices=("self", "random", "max_power",
+                                                                                 "heuristics", "search"))
     device: str = key("auto", "where inference (and the learner) run; auto: cuda > mps > cpu",
                       choices=("auto", "cpu", "cuda", "mps"))
     battle_timeout_s: float = key(300.0, "a battle Showdown leaves silent this long (our pending decisions do not count) is forfeited and freed", gt=0)
@@ -81,8 +83,9 @@ class RunnerConfig:
                                          "objects are collected every this many allocations (0: Python's "
                                          "defaults)", ge=0)
     seed: Optional[int] = key(None, "seed of torch, numpy and random (main process: this seed; shard "
-                                    "worker i: seed + 1000 (i + 1)), of minibatch order and of team "
-                                    "draws; Showdown's own random numbers are not seeded")
+                                    "worker i: seed + 1000 (i + 1)), of minibatch order, of team draws "
+                                    "and, with the simulator transport, of every battle (a websocket "
+                                    "server's battles are not seeded)")
 
 
 @dataclass
@@ -132,7 +135,7 @@ class PPOConfig:
                     choices=("ppo", "reinforce"))
     lr: float = key(5e-4, "Adam learning rate", gt=0)
     lr_schedule: str = key("linear", "constant, or linear decay to 5% over the run's budget "
-                                       "(total_battles, total_decisions or max_minutes, whichever ends first)",
+                                     "(total_sides, total_decisions or max_minutes, whichever ends first)",
                            choices=("constant", "linear"))
     gamma: float = key(0.99, "discount per decision", ge=0, le=1)
     gae_lambda: float = key(0.95, "GAE lambda", ge=0, le=1)
@@ -153,9 +156,12 @@ class PPOConfig:
 
 @dataclass
 class TrainConfig:
-    battles_per_update: int = key(128, "finished battle sides (trajectories) per update", gt=0)
+    # A battle side is one player's part of a battle, one trajectory: a self-play battle gives
+    # the learner two, a battle against a baseline or the league one.
+    sides_per_update: int = key(128, "finished battle sides per update (a side: one player's part of a battle, "
+                                     "one trajectory; a self-play battle is two)", gt=0)
     # Above what 30 minutes collect on the simulator transport: the minutes end the run.
-    total_battles: int = key(200000, "battle sides (trajectories) to train on, then stop", gt=0)
+    total_sides: int = key(200000, "battle sides to train on, then stop (a self-play battle is two)", gt=0)
     max_minutes: float = key(30.0, "stop after this many minutes of training in the whole run (--resume "
                                   "continues the count; 0: no time limit)", ge=0)
     total_decisions: int = key(0, "stop after training on this many decisions (steps, as published "
@@ -167,7 +173,7 @@ class TrainConfig:
                          'e.g. "max_power:0.5,self:0.5; @5e5 self:0.8,league:0.2"')
     opponent_teams: Optional[str] = key(None, "team format: the opponents' teams (baselines, league, "
                                               "self-play's other side); unset: runner.teams")
-    hold_when_behind: bool = key(True, "an update on twice battles_per_update or more (the learner is "
+    hold_when_behind: bool = key(True, "an update on twice sides_per_update or more (the learner is "
                                        "behind) holds every decision until it ends, so the CPU is the "
                                        "learner's and updates stay small")
     league_size: int = key(5, "league snapshots kept", gt=0)
@@ -199,7 +205,9 @@ class TrainConfig:
     replay_every: int = key(0, "keep one learner battle in this many as a replay (HTML + protocol log) "
                                "in <run_dir>/replays; 0: none", ge=0)
     replay_keep: int = key(200, "replays kept per process; the oldest are deleted first", gt=0)
-    shards: int = key(1, "collector processes, each with its own Showdown server and event loop", gt=0)
+    shards: int = key(1, "collector processes, each with its own event loop and its own simulator processes "
+                         "(or, with the websocket transport, its own managed server; with server.url all "
+                         "play on that server)", gt=0)
     worker_device: str = key("cpu", "where shard workers run inference (cpu keeps CUDA out of them)",
                              choices=("cpu", "cuda"))
     backend: str = key("local", "local (processes on this machine) or ray (actors across a cluster)",
@@ -325,7 +333,24 @@ def _check_type(key: str, value: Any, annotation: Any) -> Any:
     )
 
 
+# Keys renamed: the old name, in a file or a flag, is answered with the new one; a config saved
+# inside a checkpoint or a run folder before the rename is read under the new names.
+RENAMED = {"train.total_battles": "train.total_sides", "train.battles_per_update": "train.sides_per_update"}
+
+
+def renamed(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved config's sections with the keys of :data:`RENAMED` under their new names."""
+    out = {s: dict(v) if isinstance(v, dict) else v for s, v in data.items()}
+    for old, new in RENAMED.items():
+        section, _, name = old.partition(".")
+        if isinstance(out.get(section), dict) and name in out[section]:
+            out[section].setdefault(new.partition(".")[2], out[section].pop(name))
+    return out
+
+
 def _apply(cfg: Config, key: str, value: Any) -> None:
+    if key in RENAMED:
+        raise ConfigError(f"config key '{key}' is now {RENAMED[key]}")
     section, _, name = key.partition(".")
     if section not in SECTIONS or not name:
         raise ConfigError(
@@ -543,10 +568,11 @@ def resolve_teams(cfg: Config, base: Optional[Path] = None) -> Config:
     return cfg
 
 
-def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None) -> Config:
+def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None, saved: bool = False) -> Config:
     """Load YAML at ``path`` (a file, or a shipped preset by name; None: the defaults),
     apply ``overrides`` (``section.key``), validate. A preset's relative team paths are
-    read against its own folder; the user's against this folder, else the shipped pools."""
+    read against its own folder; the user's against this folder, else the shipped pools.
+    ``saved``: the file is a run folder's ``config.yaml``, whose keys may be older (:data:`RENAMED`)."""
     cfg = Config()
     if path is not None:
         p, preset = config_file(path)
@@ -556,7 +582,7 @@ def load(path: Optional[str | Path], overrides: Optional[dict[str, Any]] = None)
             mark = getattr(e, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
             raise ConfigError(f"malformed YAML in {p}{where}: {getattr(e, 'problem', e)}") from None
-        from_dict(data, cfg)
+        from_dict(renamed(data) if saved and isinstance(data, dict) else data, cfg)
         if preset:
             resolve_teams(cfg, p.parent)
     for key, value in (overrides or {}).items():
@@ -578,8 +604,9 @@ def all_keys() -> list[tuple[str, Any]]:
 
 
 def from_saved(data: dict[str, Any]) -> Config:
-    """Rebuild a Config saved inside a checkpoint: read, then validated as a loaded one is."""
-    cfg = from_dict(data)
+    """Rebuild a Config saved inside a checkpoint (its keys perhaps older: :data:`RENAMED`): read,
+    then validated as a loaded one is."""
+    cfg = from_dict(renamed(data))
     return validate(cfg)
 
 

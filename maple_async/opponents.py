@@ -116,9 +116,10 @@ def baseline_player(name: str, against: list[Opponent], battle_format: str, sear
 
 
 def teacher_and_opponent(teacher: str, opponent: str) -> None:
-    """pretrain's ``--teacher`` (a baseline) and ``--opponent`` (a baseline or self)."""
+    """pretrain's ``--teacher`` (a baseline) and ``runner.opponent`` (a baseline or self)."""
     if teacher not in BASELINE_NAMES or (opponent != SELF and opponent not in BASELINE_NAMES):
-        raise UserError(f"--teacher and --opponent must be one of {', '.join(BASELINE_NAMES)} (--opponent also self)")
+        raise UserError(f"--teacher and --runner.opponent must be one of {', '.join(BASELINE_NAMES)} "
+                        f"(--runner.opponent also self)")
 
 
 def parse_eval_opponents(spec: str) -> list[str]:

@@ -302,7 +302,7 @@ def for_config(cfg, quiet: bool = True) -> Teams:
     names = formats(cfg.runner.battle_format)
     if len(names) != 1:
         raise TeamError(f"this command plays one format; runner.battle_format lists {len(names)} "
-                        f"({cfg.runner.battle_format}): pick one (--runner.battle_format; serve and ladder: --format)")
+                        f"({cfg.runner.battle_format}): pick one (--runner.battle_format)")
     cfg = for_format(cfg, names[0])
     home = Path(cfg.server.home).expanduser() if cfg.server.home else None
     teams = prepare(cfg.runner, cfg.train.opponent_teams, home)

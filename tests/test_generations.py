@@ -294,7 +294,7 @@ def test_a_saved_team_path_is_kept_where_it_means_something_here(tmp_path):
     both = saved("gen1ou,gen2ou", "teams/{format}")  # one shipped pool per format: each exists here
     assert cli.eval_config(parse(["eval", "--checkpoint", both])).runner.teams == str(shipped / "{format}")
     assert cli._outside_config(parse(["serve", "--checkpoint", both])).runner.teams == str(shipped / "{format}")
-    one = cli._outside_config(parse(["serve", "--checkpoint", both, "--format", "gen2ou"]))
+    one = cli._outside_config(parse(["serve", "--checkpoint", both, "--runner.battle_format", "gen2ou"]))
     assert (one.runner.battle_format, one.runner.teams) == ("gen2ou", str(shipped / "gen2ou"))
     assert C.teams_here("teams/{format}", "gen1ou,gen5ou") is None  # no gen5ou pool here
     assert C.teams_here(str(tmp_path / "gone"), "gen1ou") is None  # trained elsewhere

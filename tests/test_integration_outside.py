@@ -143,7 +143,7 @@ def test_two_agents_ladder_against_each_other_and_get_ratings(showdown_url, chec
 
 
 def test_play_writes_one_replay_and_log_per_battle(showdown_url, tmp_path):
-    p = subprocess.run([*CLI, "play", "--battles", "3", "--server", showdown_url, "--opponent", "random",
+    p = subprocess.run([*CLI, "play", "--battles", "3", "--server", showdown_url, "--runner.opponent", "random",
                         "--concurrency", "3", "--network", "mlp", "--replays", str(tmp_path / "r")],
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

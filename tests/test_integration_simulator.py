@@ -254,7 +254,7 @@ def test_train_then_eval_on_the_simulator_transport(tmp_path):
     assert "simulator (" in p.stdout and "[train] upd" in p.stdout
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     assert int(rows[-1]["battles"]) >= 48
-    e = _run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "random",
+    e = _run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "random",
                  "--battles", "12", "--concurrency", "12", "--server.transport", "simulator")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
     assert "over 12 battles" in e.stdout

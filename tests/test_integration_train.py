@@ -38,7 +38,7 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
 
     # Resume continues the update counter.
     p2 = run_cli("train", "--config", "test", "--server", showdown_url,
-                 "--train.run_dir", str(run_dir), "--train.total_battles", "80", "--resume")
+                 "--train.run_dir", str(run_dir), "--train.total_sides", "80", "--resume")
     assert p2.returncode == 0, p2.stdout[-3000:] + p2.stderr[-3000:]
     assert f"resumed from {run_dir / 'latest.pt'}: update {len(rows)}" in p2.stdout
     rows2 = list(csv.DictReader(open(run_dir / "metrics.csv")))
@@ -55,7 +55,7 @@ def test_train_writes_checkpoint_that_eval_loads(showdown_url, tmp_path):
     assert len(curve_rows) == 2 and {r["label"] for r in curve_rows} == {"held out"}
     assert int(curve_rows[0]["update"]) < int(curve_rows[1]["update"]) == int(rows2[-1]["update"])
 
-    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponent", "random",
+    e = run_cli("eval", "--checkpoint", str(run_dir / "latest.pt"), "--opponents", "random",
                 "--battles", "12", "--server", showdown_url, "--concurrency", "12")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
     # test.yaml trains on self-play only: random is held out
@@ -71,7 +71,7 @@ def test_pretrain_then_train_from_its_weights(showdown_url, tmp_path):
     assert "24 battle sides" in p.stdout  # both sides of 12 battles recorded
     t = run_cli("train", "--config", "test", "--server", showdown_url,
                 "--train.run_dir", str(tmp_path / "ppo"), "--train.init", str(tmp_path / "bc" / "pretrained.pt"),
-                "--train.total_battles", "100000", "--train.total_decisions", "150")
+                "--train.total_sides", "100000", "--train.total_decisions", "150")
     assert t.returncode == 0, t.stdout[-3000:] + t.stderr[-3000:]
     assert "initial weights from" in t.stdout and "(cloned from max_power)" in t.stdout
     assert "reached 150 decisions" in t.stdout  # a decision budget ends the run
@@ -110,10 +110,10 @@ def test_one_agent_trains_on_several_formats_and_eval_reports_each(showdown_url,
             f"gen4randombattle {split['gen4randombattle']}") in p.stdout
 
     ckpt = str(run_dir / "latest.pt")
-    e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,
+    e = run_cli("eval", "--checkpoint", ckpt, "--opponents", "random", "--battles", "4", "--server", showdown_url,
                 "--concurrency", "4", "--runner.battle_format", "gen4randombattle")
     assert e.returncode == 0 and "[eval] latest.pt vs random (in training): win rate" in e.stdout, e.stdout + e.stderr
-    e = run_cli("eval", "--checkpoint", ckpt, "--opponent", "random", "--battles", "4", "--server", showdown_url,
+    e = run_cli("eval", "--checkpoint", ckpt, "--opponents", "random", "--battles", "4", "--server", showdown_url,
                 "--runner.battle_format", "gen9randombattle")
     assert e.returncode == 2 and e.stderr.strip().splitlines()[-1].startswith(
         f"maple-async: error: checkpoint {ckpt} was trained on generation 1, 4 ({both}) and gen9randombattle "
@@ -127,7 +127,7 @@ def test_an_opponent_schedule_replaces_the_lanes_at_its_decisions(showdown_url, 
     metrics name max_power early and self-play late, and the bots' lane plays out its battles."""
     run_dir = tmp_path / "run"
     p = run_cli("train", "--config", "test", "--server", showdown_url, "--train.run_dir", str(run_dir),
-                "--train.opponents", "max_power:1; @300 self:1", "--train.total_battles", "96",
+                "--train.opponents", "max_power:1; @300 self:1", "--train.total_sides", "96",
                 "--train.replay_every", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     lanes = [line for line in p.stdout.splitlines() if "[train] lanes:" in line]
@@ -143,7 +143,7 @@ def test_curve_with_search_keeps_its_rows_apart_from_the_plain_ones(showdown_url
     cache skips them on a second call and a plain curve still plays its own rows."""
     run_dir = tmp_path / "run"
     p = run_cli("train", "--config", "test", "--server", showdown_url, "--train.run_dir", str(run_dir),
-                "--runner.battle_format", "gen4randombattle", "--train.total_battles", "32",
+                "--runner.battle_format", "gen4randombattle", "--train.total_sides", "32",
                 "--train.replay_every", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert len(list((run_dir / "checkpoints").glob("weights_*.pt"))) >= 2  # 2 updates: two points

@@ -116,7 +116,7 @@ def test_same_message_and_seed_same_draws_in_every_backend():
 
 
 async def test_loop_counts_results_per_snapshot_and_pfsp_follows_them(tmp_path):
-    cfg = _cfg(tmp_path, **{"train.total_battles": 40, "train.opponents": "self:0.5,league:0.5",
+    cfg = _cfg(tmp_path, **{"train.total_sides": 40, "train.opponents": "self:0.5,league:0.5",
                             "train.league_every_updates": 1, "train.league_size": 3,
                             "train.league_sampling": "pfsp"})
     rng = np.random.default_rng(3)
@@ -144,7 +144,7 @@ async def test_loop_counts_results_per_snapshot_and_pfsp_follows_them(tmp_path):
     header = next(csv.reader(open(tmp_path / "run" / "metrics.csv")))
     assert "win_rate/league" in header and not any("#" in h for h in header)
     # The league and its results survive a checkpoint (a run given more battle sides to train on).
-    cfg.train.total_battles = 80
+    cfg.train.total_sides = 80
     loop2 = LearningLoop(cfg, "cpu", resume=str(tmp_path / "run" / "latest.pt"), quiet=True, handle_signals=False)
     assert [e["id"] for e in loop2.league] == [e["id"] for e in loop.league]
     assert loop2.league_results == loop.league_results

@@ -179,7 +179,7 @@ def test_wilson_interval():
 
 def test_linear_lr_follows_the_budget_that_ends_first(tmp_path):
     """With max_minutes the run ends on time: the LR must reach its floor then, not stay at
-    the share of total_battles done so far."""
+    the share of total_sides done so far."""
     from maple_async.config import Config
     from maple_async.run.loop import LearningLoop
 
@@ -195,7 +195,7 @@ def test_linear_lr_follows_the_budget_that_ends_first(tmp_path):
 
     cfg = Config()
     cfg.train.run_dir, cfg.train.tensorboard = str(tmp_path), False
-    cfg.train.total_battles, cfg.train.max_minutes = 10_000, 30.0
+    cfg.train.total_sides, cfg.train.max_minutes = 10_000, 30.0
     loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
     loop.counters["battles"] = 1_000  # 10% of the battles ...
     assert loop.progress(27 * 60) == pytest.approx(0.9)  # ... but 90% of the time

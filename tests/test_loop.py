@@ -56,13 +56,13 @@ class ScriptedTransport:
 
 def _cfg(tmp_path, **over):
     return C.load(None, {"train.run_dir": str(tmp_path / "run"), "train.tensorboard": False,
-                         "network.hidden_size": 8, "ppo.epochs": 1, "train.battles_per_update": 8,
+                         "network.hidden_size": 8, "ppo.epochs": 1, "train.sides_per_update": 8,
                          "train.checkpoint_every_updates": 2, "train.opponents": "self:1.0",
                          "ppo.lr_schedule": "constant", **over})
 
 
 async def test_updates_publish_checkpoint_and_stop_by_the_rules(tmp_path):
-    cfg = _cfg(tmp_path, **{"train.total_battles": 32})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 32})
     tp = ScriptedTransport(total=1000, per_wait=5, rng=np.random.default_rng(0))
     loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
     await asyncio.wait_for(loop.run(tp), 60)
@@ -82,7 +82,7 @@ async def test_updates_publish_checkpoint_and_stop_by_the_rules(tmp_path):
 
 
 async def test_collection_that_ends_by_itself_stops_the_run(tmp_path):
-    cfg = _cfg(tmp_path, **{"train.total_battles": 10_000})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 10_000})
     tp = ScriptedTransport(total=20, per_wait=5, rng=np.random.default_rng(1))
     loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
     await asyncio.wait_for(loop.run(tp), 60)
@@ -91,7 +91,7 @@ async def test_collection_that_ends_by_itself_stops_the_run(tmp_path):
 
 
 async def test_league_snapshots_follow_one_rule(tmp_path):
-    cfg = _cfg(tmp_path, **{"train.total_battles": 48, "train.opponents": "self:0.5,league:0.5",
+    cfg = _cfg(tmp_path, **{"train.total_sides": 48, "train.opponents": "self:0.5,league:0.5",
                             "train.league_every_updates": 2, "train.league_size": 2})
     tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(2))
     loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
@@ -102,7 +102,7 @@ async def test_league_snapshots_follow_one_rule(tmp_path):
 
 
 async def test_collection_holds_still_while_the_learner_is_behind(tmp_path):
-    cfg = _cfg(tmp_path, **{"train.total_battles": 60})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 60})
     # 20 arrive per wait, 8 asked per update: every batch is >= 16, the learner is behind
     tp = ScriptedTransport(total=1000, per_wait=20, rng=np.random.default_rng(2))
     loop = LearningLoop(cfg, "cpu", quiet=True, handle_signals=False)
@@ -111,11 +111,11 @@ async def test_collection_holds_still_while_the_learner_is_behind(tmp_path):
     assert loop.held_updates == len(tp.pauses) // 2  # counted in metrics.csv
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     assert int(rows[-1]["held_updates"]) == loop.held_updates
-    cfg = _cfg(tmp_path, **{"train.total_battles": 60, "train.hold_when_behind": False})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 60, "train.hold_when_behind": False})
     tp = ScriptedTransport(total=1000, per_wait=20, rng=np.random.default_rng(2))
     await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
     assert tp.pauses == []
-    cfg = _cfg(tmp_path, **{"train.total_battles": 60})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 60})
     tp = ScriptedTransport(total=1000, per_wait=5, rng=np.random.default_rng(2))  # keeping up
     await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(tp), 60)
     assert tp.pauses == []
@@ -163,22 +163,22 @@ async def test_a_resumed_run_keeps_its_limits_over_the_whole_run(tmp_path):
     from maple_async.errors import UserError
     from maple_async.learn import checkpoint as ckpt
 
-    cfg = _cfg(tmp_path, **{"train.total_battles": 16})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 16})
     await asyncio.wait_for(LearningLoop(cfg, "cpu", quiet=True, handle_signals=False).run(
         ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(3))), 60)
     latest = tmp_path / "run" / "latest.pt"
     config_before = (tmp_path / "run" / "config.yaml").read_text()
     # a run that has trained its battle sides is refused, naming the key to raise; nothing written
-    with pytest.raises(UserError, match=r"already trained \d+ battle sides of train.total_battles 16 .*"
-                                        r"--train.total_battles \d+$"):
-        LearningLoop(_cfg(tmp_path, **{"train.total_battles": 16, "train.max_minutes": 5.0}), "cpu",
+    with pytest.raises(UserError, match=r"already trained \d+ battle sides of train.total_sides 16 .*"
+                                        r"--train.total_sides \d+$"):
+        LearningLoop(_cfg(tmp_path, **{"train.total_sides": 16, "train.max_minutes": 5.0}), "cpu",
                      resume=str(latest), quiet=True, handle_signals=False)
     assert (tmp_path / "run" / "config.yaml").read_text() == config_before
     # ten minutes trained before: a 10-minute budget is spent, a little more ends after one update
     data = ckpt.load(latest)
     data["counters"]["seconds"] = 600.0
     ckpt.save(latest, data)
-    over = {"train.total_battles": 10_000}
+    over = {"train.total_sides": 10_000}
     with pytest.raises(UserError, match="already trained 10 minutes of train.max_minutes 10 "):
         LearningLoop(_cfg(tmp_path, **over, **{"train.max_minutes": 10.0}), "cpu", resume=str(latest),
                      quiet=True, handle_signals=False)
@@ -199,11 +199,11 @@ def test_a_refused_resume_names_every_spent_limit_and_enough_to_go_on(tmp_path):
     done.counters.update(battles=64, seconds=90 * 60.0)
     path = done.save_checkpoint()
     with pytest.raises(UserError) as e:
-        LearningLoop(_cfg(tmp_path, **{"train.total_battles": 64, "train.max_minutes": 30.0}), "cpu",
+        LearningLoop(_cfg(tmp_path, **{"train.total_sides": 64, "train.max_minutes": 30.0}), "cpu",
                      resume=str(path), quiet=True, handle_signals=False)
-    assert ("has already trained 64 battle sides of train.total_battles 64 and 90 minutes of "
+    assert ("has already trained 64 battle sides of train.total_sides 64 and 90 minutes of "
             "train.max_minutes 30 ") in str(e.value)
-    assert str(e.value).endswith("raise them to train on, e.g. --train.total_battles 128 --train.max_minutes 120")
+    assert str(e.value).endswith("raise them to train on, e.g. --train.total_sides 128 --train.max_minutes 120")
 
 
 class CurrentTransport(ScriptedTransport):
@@ -218,14 +218,14 @@ class CurrentTransport(ScriptedTransport):
 
 
 async def test_a_run_whose_battles_play_old_weights_says_so_once(tmp_path, capsys):
-    cfg = _cfg(tmp_path, **{"train.total_battles": 8 * 14})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 8 * 14})
     # every trajectory played version 0: update k learns from weights k - 1 updates old
     tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(3))
     await asyncio.wait_for(LearningLoop(cfg, "cpu", handle_signals=False).run(tp), 60)
     warned = [line for line in capsys.readouterr().out.splitlines() if "policy lag" in line]
     assert len(warned) == 1 and "update 11 " in warned[0] and "10 updates older" in warned[0], warned
     tp = CurrentTransport(total=1000, per_wait=8, rng=np.random.default_rng(3))
-    await asyncio.wait_for(LearningLoop(_cfg(tmp_path / "b", **{"train.total_battles": 8 * 14}), "cpu",
+    await asyncio.wait_for(LearningLoop(_cfg(tmp_path / "b", **{"train.total_sides": 8 * 14}), "cpu",
                                         handle_signals=False).run(tp), 60)
     assert "policy lag" not in capsys.readouterr().out
 
@@ -233,7 +233,7 @@ async def test_a_run_whose_battles_play_old_weights_says_so_once(tmp_path, capsy
 async def test_an_opponent_schedule_changes_the_mix_at_its_decisions_and_after_a_resume(tmp_path, capsys):
     # 8 trajectories of 5 decisions an update: 40 decisions each
     spec = "random:1; @100 self:0.5,league:0.5; @200 max_power:1"
-    cfg = _cfg(tmp_path, **{"train.total_battles": 24, "train.opponents": spec})
+    cfg = _cfg(tmp_path, **{"train.total_sides": 24, "train.opponents": spec})
     tp = ScriptedTransport(total=1000, per_wait=8, rng=np.random.default_rng(5))
     loop = LearningLoop(cfg, "cpu", handle_signals=False)
     await asyncio.wait_for(loop.run(tp), 60)
@@ -241,7 +241,7 @@ async def test_an_opponent_schedule_changes_the_mix_at_its_decisions_and_after_a
     assert tp.started["league"] is not None  # a later mix plays the league: snapshots from the start
     assert [m["mix"] for m in tp.published] == [{"random": 1.0}, {"random": 1.0}, {"self": 0.5, "league": 0.5}]
     assert "[train] opponents from 100 decisions: self:0.5,league:0.5" in capsys.readouterr().out
-    resumed = LearningLoop(_cfg(tmp_path, **{"train.total_battles": 10_000, "train.opponents": spec}), "cpu",
+    resumed = LearningLoop(_cfg(tmp_path, **{"train.total_sides": 10_000, "train.opponents": spec}), "cpu",
                            resume=str(tmp_path / "run" / "latest.pt"), quiet=True, handle_signals=False)
     tp = ScriptedTransport(total=16, per_wait=8, rng=np.random.default_rng(6))
     await asyncio.wait_for(resumed.run(tp), 60)

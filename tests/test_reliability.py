@@ -46,10 +46,10 @@ async def test_training_survives_server_kill(tmp_path):
     from maple_async.run.loop import LearningLoop
     from maple_async.run.transports import LocalTransport
 
-    # total_battles far beyond what the test plays: the run must not reach its end (and stop
+    # total_sides far beyond what the test plays: the run must not reach its end (and stop
     # without noticing the fault) in the seconds between the kill and the fault being seen.
-    cfg = C.load("test", {"train.run_dir": str(tmp_path / "run"), "train.total_battles": 10_000,
-                                      "train.battles_per_update": 16})
+    cfg = C.load("test", {"train.run_dir": str(tmp_path / "run"), "train.total_sides": 10_000,
+                                      "train.sides_per_update": 16})
     trainer = LearningLoop(cfg, "cpu", quiet=True)
     srv = ShowdownServer()
     await srv.start()
@@ -207,11 +207,11 @@ def test_a_resume_of_a_finished_run_is_refused(tmp_path):
     from maple_async.run.loop import LearningLoop as Trainer
     cfg = C.load("test", {"train.run_dir": str(tmp_path / "r"), "train.tensorboard": False})
     done = Trainer(cfg, "cpu", quiet=True)
-    done.counters["battles"] = cfg.train.total_battles
+    done.counters["battles"] = cfg.train.total_sides
     path = done.save_checkpoint()
     p = run_cli("train", "--config", "test", "--train.run_dir", str(tmp_path / "r"), "--resume")
-    _assert_user_error(p, f"already trained {cfg.train.total_battles} battle sides of train.total_battles")
-    assert f"--train.total_battles {2 * cfg.train.total_battles}" in p.stderr and path.exists()
+    _assert_user_error(p, f"already trained {cfg.train.total_sides} battle sides of train.total_sides")
+    assert f"--train.total_sides {2 * cfg.train.total_sides}" in p.stderr and path.exists()
     assert "managed Showdown" not in p.stdout
 
 
@@ -227,7 +227,7 @@ def test_sigterm_leaves_checkpoint_and_no_server(tmp_path, transport):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "maple_async.cli", "train", "--config", "test",
-         "--train.run_dir", str(run_dir), "--train.total_battles", "100000",
+         "--train.run_dir", str(run_dir), "--train.total_sides", "100000",
          "--server.transport", transport, "--train.eval_battles", "500"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     node_pids, out = [], []

@@ -248,7 +248,7 @@ def _checkpoint(tmp_path):
 @pytest.mark.parametrize("depth", [1, 3])
 def test_eval_with_search_plays_the_checkpoint_searched(showdown_url, tmp_path, depth):
     path = _checkpoint(tmp_path)
-    e = run_cli("eval", "--checkpoint", path, "--opponent", "random", "--battles", "2", "--search",
+    e = run_cli("eval", "--checkpoint", path, "--opponents", "random", "--battles", "2", "--search",
                 "--server", showdown_url, "--concurrency", "2", "--search.depth", str(depth),
                 "--search.engine", "showdown")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
@@ -275,7 +275,7 @@ def test_play_with_search_prints_its_line(showdown_url):
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 def test_an_outside_policy_searches_with_the_network_free_value(showdown_url, tmp_path):
     (tmp_path / "pol.py").write_text("def policy():\n    return lambda obs, masks: masks.argmax(axis=1)\n")
-    e = run_cli("eval", "--policy", f"{tmp_path}/pol.py:policy", "--opponent", "random", "--battles", "2",
+    e = run_cli("eval", "--policy", f"{tmp_path}/pol.py:policy", "--opponents", "random", "--battles", "2",
                 "--search", "--server", showdown_url, "--concurrency", "2",
                 "--runner.battle_format", "gen4randombattle", "--search.states", "1")
     assert e.returncode == 0, e.stdout[-3000:] + e.stderr[-3000:]
@@ -313,7 +313,7 @@ def test_search_on_serve_ladder_and_curve_is_refused_in_one_line(tmp_path):
     path = _checkpoint(tmp_path)
     for command in ("serve", "ladder"):
         assert "gen9randomdoublesbattle is a doubles format" in refused(
-            run_cli(command, "--checkpoint", path, "--format", "gen9randomdoublesbattle", "--search"))
+            run_cli(command, "--checkpoint", path, "--runner.battle_format", "gen9randomdoublesbattle", "--search"))
     assert "gen9randomdoublesbattle is a doubles format" in refused(
         run_cli("curve", str(tmp_path), "--search", "--runner.battle_format", "gen9randomdoublesbattle"))
 

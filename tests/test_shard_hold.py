@@ -53,6 +53,6 @@ def test_each_worker_holds_at_its_share_of_an_update():
 
     cfg = Config()
     for shards, per_update, share in ((8, 2048, 256), (2, 16, 8), (4, 16, 8)):
-        cfg.train.shards, cfg.train.battles_per_update = shards, per_update
+        cfg.train.shards, cfg.train.sides_per_update = shards, per_update
         d = ProcessTransport(cfg, quiet=True)._worker_cfg(0)
-        assert d["train"]["shards"] == 1 and d["train"]["battles_per_update"] == share
+        assert d["train"]["shards"] == 1 and d["train"]["sides_per_update"] == share

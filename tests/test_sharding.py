@@ -37,7 +37,7 @@ async def _train(cfg, transport, timeout):
 def _cfg(tmp_path, total=64):
     # A league lane too: its battles draw their snapshot in the workers, by the loop's rule.
     return C.load("test", {"train.run_dir": str(tmp_path / "run"), "train.shards": 2,
-                                       "train.total_battles": total, "train.battles_per_update": 16,
+                                       "train.total_sides": total, "train.sides_per_update": 16,
                                        "runner.concurrency": 8, "train.opponents": "self:0.5,league:0.5",
                                        "train.league_every_updates": 1})
 

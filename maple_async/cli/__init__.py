@@ -1,4 +1,5 @@
-"""``maple-async`` command line: server, play, train, pretrain, eval, bench, report, serve, ladder.
+"""``maple-async`` command line: server, play, train, pretrain, eval, bench, serve, ladder, curve,
+report, engine.
 
 ``parser`` holds the flags, ``commands`` one function per command that calls into ``tools/``.
 """

@@ -15,7 +15,7 @@ from .. import config as config_mod
 from .. import opponents
 from ..errors import UserError
 from ..run.process import run_async
-from .parser import build_parser, load_config
+from .parser import OUTSIDE_KEYS, build_parser, flag_values, load_config
 
 
 def check_teams(cfg: config_mod.Config, **options) -> None:
@@ -38,16 +38,16 @@ def _replay_writer(args):
 
 def cmd_server(args) -> int:
     from .. import server
-    home = args.home
+    cfg = load_config(args).server
+    home, port = cfg.home, cfg.port
     if args.action == "install":
         print(server.install(home))
     elif args.action == "start":
-        info = run_async(server.start_detached(args.port, home,
-                                               simulators=server.resolve_simulators(args.simulators)))
+        info = run_async(server.start_detached(port, home, simulators=server.resolve_simulators(cfg.simulators)))
         print(f"Showdown running at {info['url']} (pid {info['pid']}, log {info['log']}); "
-              f"stop with: maple-async server stop --port {info['port']}")
+              f"stop with: maple-async server stop --server.port {info['port']}")
     elif args.action == "stop":
-        stopped = server.stop_detached(args.port or None, home)
+        stopped = server.stop_detached(port or None, home)
         print("stopped: " + (", ".join(map(str, stopped)) if stopped else "nothing running"))
     else:
         infos = server.list_detached(home)
@@ -95,12 +95,12 @@ def cmd_train(args) -> int:
 def cmd_pretrain(args) -> int:
     from ..tools.pretrain import run_pretrain
     cfg = load_config(args)
-    opponents.teacher_and_opponent(args.teacher, args.opponent)
+    opponents.teacher_and_opponent(args.teacher, cfg.runner.opponent)
     if args.battles < 1 or args.epochs < 1 or args.round_sides < 1 or args.minutes < 0:
         raise UserError("--battles, --epochs and --round-sides must be >= 1, --minutes >= 0")
     print_config(cfg)
     check_teams(cfg)
-    path = run_async(run_pretrain(cfg, args.teacher, args.battles, opponent=args.opponent, epochs=args.epochs,
+    path = run_async(run_pretrain(cfg, args.teacher, args.battles, opponent=cfg.runner.opponent, epochs=args.epochs,
                                   round_sides=args.round_sides, out=args.out, max_minutes=args.minutes))
     conf = f" --config {args.config}" if args.config else ""
     print(f"[pretrain] continue with PPO: maple-async train{conf} --train.init {path}")
@@ -143,7 +143,7 @@ def cmd_eval(args) -> int:
         raise UserError("--battles must be >= 1")
     if sum(bool(x) for x in (args.checkpoint, args.policy, args.baseline)) != 1:
         raise UserError("eval needs --checkpoint PATH, --policy module:attr or --baseline NAME (one of them)")
-    against = opponents.eval_list(args.opponents or args.opponent)
+    against = opponents.eval_list(args.opponents)
     if args.baseline:
         opponents.baseline_player(args.baseline, against, cfg.runner.battle_format, args.search)
     if args.baseline in opponents.SEARCH_NAMES or any(o.spec in opponents.SEARCH_NAMES for o in against):
@@ -216,12 +216,16 @@ def cmd_report(args) -> int:
 
 def outside_config(args) -> config_mod.Config:
     """serve's and ladder's config: the checkpoint's own with this command's server, format,
-    teams, concurrency and device."""
+    teams, concurrency and device (each flag checked as its config key is)."""
     from ..tools.serve import outside_config as assemble
     if bool(args.checkpoint) == bool(args.policy):
         raise UserError("give --checkpoint PATH or --policy module:attr (one of them)")
-    return assemble(args.checkpoint, server=args.server, fmt=args.format, teams=args.teams,
-                    concurrency=args.concurrency, device=args.device)
+    given = flag_values(args, OUTSIDE_KEYS)
+    config_mod.load(None, given)
+    return assemble(args.checkpoint, server=given.get("server.url"), fmt=given.get("runner.battle_format"),
+                    teams=given.get("runner.teams"),
+                    concurrency=given.get("runner.concurrency", args.outside_concurrency),
+                    device=given.get("runner.device", "cpu"))
 
 
 def _outside(args, label: str) -> int:
@@ -230,14 +234,14 @@ def _outside(args, label: str) -> int:
     search = _search_config(args, cfg)
     check_teams(cfg)
     return run_async(run_outside(cfg, label, args.checkpoint or args.policy, n_battles=args.battles,
-                                 server=args.server, credentials=args.credentials, username=args.username,
+                                 server=cfg.server.url, credentials=args.credentials, username=args.username,
                                  login_url=args.login_url, replays=args.replays, greedy=args.greedy,
                                  search=search))
 
 
 def cmd_serve(args) -> int:
-    if args.battles < 0 or args.concurrency < 1:
-        raise UserError("--battles must be >= 0 and --concurrency >= 1")
+    if args.battles < 0:
+        raise UserError("--battles must be >= 0")
     return _outside(args, "serve")
 
 
@@ -249,7 +253,8 @@ def cmd_ladder(args) -> int:
 
 def cmd_engine(args) -> int:
     from ..search.pokeengine import build
-    home = Path(args.home) if args.home else None
+    home = load_config(args).server.home
+    home = Path(home) if home else None
     if args.action == "install":
         for gen in _numbers(args.gens, "--gens", int, "generations, e.g. 1,4,9") or []:
             print(f"[engine] generation {gen}: {build.ensure(gen, home)}")

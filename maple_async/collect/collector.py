@@ -164,7 +164,7 @@ class Collector:
                 share *= per_format
                 c = max(1, round(cfg.runner.concurrency * share))
                 # Enough battles never to run dry; the learning loop stops the lanes when done.
-                n = max(2 * c, math.ceil(cfg.train.total_battles * share * 1.5) + c)
+                n = max(2 * c, math.ceil(cfg.train.total_sides * share * 1.5) + c)
                 opponent = {"self": self.agent, "league": self.league_agent, **self.opponents}.get(name, name)
                 labels = (name, "learner" if name == "league" else "self")
                 match = Match(url, self.agent, opponent, concurrency=c, account=f"mpl{len(lanes)}",

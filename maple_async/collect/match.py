@@ -260,20 +260,25 @@ class PlayResult(Rates):
 async def play(agent: Agent, server_url: str, n_battles: int, *, opponent: str = "self",
                concurrency: int = 64, battle_format: str = "gen9randombattle",
                battle_timeout_s: float = 300.0, battle_options: Optional[dict] = None,
-               teams: Optional[Teams] = None, replays=None, search=None) -> PlayResult:
+               teams: Optional[Teams] = None, replays=None, search=None, progress=None) -> PlayResult:
     """Play ``n_battles`` with ``agent`` against itself (``self``) or a baseline. The agent's
     batcher stays open (its owner closes it). ``replays``: a ReplayWriter for the first side;
-    ``search``: the ``search`` opponent's keys."""
+    ``search``: the ``search`` opponent's keys; ``progress``: a
+    :class:`~maple_async.tools.progress.Progress` that follows the match."""
     match = Match(server_url, agent, agent if opponent == "self" else opponent,
                   concurrency=concurrency, battle_format=battle_format, account="maple",
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, teams=teams,
                   replays=replays, search=search)
     d0, b0, s0 = agent.stats.decisions, agent.batcher.stats.batches, agent.batcher.stats.decisions
     t0 = time.perf_counter()
+    if progress is not None:
+        progress.follow(match.results, f"vs {opponent}", win_rate=opponent != "self")  # self-play's is a half
     try:
         await match.play(n_battles)
     finally:
         elapsed = time.perf_counter() - t0
+        if progress is not None:
+            progress.settle()
         await match.close()
     bstats = agent.batcher.stats
     nb = bstats.batches - b0

@@ -79,7 +79,7 @@ class BattlePool(PoolAPI):
         if num_battles < 1:
             raise ValueError("num_battles must be >= 1")
         self.cfg = cfg = config_mod.for_pool(battle_format, num_battles, teams, server, seed, config, options)
-        cfg.train.total_battles = 10 ** 12  # the lanes never run dry; close() stops them
+        cfg.train.total_sides = 10 ** 12  # the lanes never run dry; close() stops them
         cfg.train.replay_every = 0
         self.device = resolve_device(device)
         self.opponent_name, opp_agent = _opponent(opponent, cfg, self.device)

@@ -2,7 +2,7 @@
 
 It gathers finished trajectories from a transport (:class:`~maple_async.run.transports.Transport`: the
 collector in this process, in worker processes, or in Ray actors), updates the learner in a
-worker thread every ``train.battles_per_update`` trajectories (the event loop keeps serving
+worker thread every ``train.sides_per_update`` trajectories (the event loop keeps serving
 websockets meanwhile), publishes the new weights, and applies the run's rules once, for
 every backend: league snapshots, checkpoints, metrics, and when to stop. Each step records
 the policy version that chose it, so policy lag is measured.
@@ -51,7 +51,7 @@ class LearningLoop:
         self.handle_signals = handle_signals
         self.run_dir = Path(cfg.train.run_dir)
         self.schedule = parse_opponent_schedule(cfg.train.opponents)  # [(first decision, mix)]
-        est_updates = max(1, cfg.train.total_battles // cfg.train.battles_per_update)
+        est_updates = max(1, cfg.train.total_sides // cfg.train.sides_per_update)
         self.learner = Learner(nets.for_config(cfg), cfg.ppo, device, total_updates=est_updates)
         if cfg.train.init and not resume:
             self._init(cfg.train.init)
@@ -200,16 +200,16 @@ class LearningLoop:
             self._league_rule()
             await transport.start(self.weights_msg())
             while not self._stop.is_set():
-                self._receive(await transport.wait(cfg.train.battles_per_update - len(self.backlog), self._stop))
+                self._receive(await transport.wait(cfg.train.sides_per_update - len(self.backlog), self._stop))
                 if transport.ended:
                     self.request_stop(transport.ended)
-                if len(self.backlog) < cfg.train.battles_per_update:
+                if len(self.backlog) < cfg.train.sides_per_update:
                     continue
                 batch, self.backlog = self.backlog, []
                 # A batch twice the size asked for: the learner is behind. Collection holds
                 # still during this update, leaving the CPU to the learner (without it, on a
                 # few cores, updates grow without bound: docs/experiments.md#the-learner-and-the-shards).
-                hold = cfg.train.hold_when_behind and len(batch) >= 2 * cfg.train.battles_per_update
+                hold = cfg.train.hold_when_behind and len(batch) >= 2 * cfg.train.sides_per_update
                 if hold:
                     transport.pause(True)
                     self.held_updates += 1
@@ -233,7 +233,7 @@ class LearningLoop:
                 # Finished battles are never thrown away: a last, smaller update uses them.
                 batch, self.backlog = self.backlog, []
                 # A handful of them would get a full step: the step shrinks with the batch.
-                scale = min(1.0, len(batch) / cfg.train.battles_per_update)
+                scale = min(1.0, len(batch) / cfg.train.sides_per_update)
                 self._print(f"[train] final update on the {len(batch)} remaining finished trajectories "
                             f"(learning rate x {scale:.2f})")
                 summary = await self._update(batch, last, t_start, seconds_before, scale)
@@ -266,7 +266,7 @@ class LearningLoop:
         and a resume's check read the same ones."""
         t, c = self.cfg.train, self.counters
         return [(name, key, have, want) for name, key, have, want in (
-            ("battle sides", "total_battles", c["battles"], t.total_battles),
+            ("battle sides", "total_sides", c["battles"], t.total_sides),
             ("decisions", "total_decisions", c["decisions"], t.total_decisions),
             ("minutes", "max_minutes", seconds / 60, t.max_minutes)) if want]
 
@@ -335,7 +335,7 @@ class LearningLoop:
         self.metrics.write(self.learner.updates, row)
         wins = " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in row.items() if k.startswith("win_rate/"))
         self._print(
-            f"[train] upd {row['update']:4d} | sides {row['battles']}/{self.cfg.train.total_battles} | "
+            f"[train] upd {row['update']:4d} | sides {row['battles']}/{self.cfg.train.total_sides} | "
             f"dec {row['decisions'] / 1e6:.2f}M | "
             f"{row['battles_per_s']:.2f} sides/s {row['decisions_per_s']:.0f} dec/s batch {mean_batch:.1f} | "
             f"win {wins} | pg {m['pg_loss']:+.3f} v {m['v_loss']:.3f} ent {m['entropy']:.2f} "

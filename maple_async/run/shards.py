@@ -99,8 +99,8 @@ class ShardedTransport:
         d["server"]["simulators"] = resolve_simulators(self.cfg.server.simulators, self.cfg.train.shards)
         # The worker sees one shard, so it gets its share of an update here: the most of
         # its trajectories that may wait for the learner before it holds (ShardHold).
-        d["train"].update(shards=1, total_battles=max(self.cfg.train.total_battles, 1) * 4,
-                          battles_per_update=shard_share(self.cfg.train.battles_per_update,
+        d["train"].update(shards=1, total_sides=max(self.cfg.train.total_sides, 1) * 4,
+                          sides_per_update=shard_share(self.cfg.train.sides_per_update,
                                                          self.cfg.train.shards))
         return d
 
@@ -221,7 +221,7 @@ class ShardedTransport:
         lines.append(f"  total:   {tb / seconds:.2f} battle sides/s, {td / seconds:.0f} decisions/s")
         if self.shards and held / len(self.shards) >= 0.1:
             lines.append(f"  the shards waited {held / len(self.shards):.0%} of the time for the learner to take "
-                         f"their battles: a larger train.battles_per_update makes fewer, larger updates")
+                         f"their battles: a larger train.sides_per_update makes fewer, larger updates")
         return "\n".join(lines)
 
 

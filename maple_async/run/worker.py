@@ -21,9 +21,9 @@ def counters(agent) -> dict:
     return {"dec": agent.stats.decisions, "bat": bs.batches, "bdec": bs.decisions}
 
 
-def shard_share(battles_per_update: int, shards: int) -> int:
+def shard_share(sides_per_update: int, shards: int) -> int:
     """A shard's share of an update's trajectories (at least 8, so small updates still batch)."""
-    return max(battles_per_update // max(shards, 1), 8)
+    return max(sides_per_update // max(shards, 1), 8)
 
 
 class ShardHold:
@@ -86,7 +86,7 @@ async def run_shard(shard: int, cfg: Config, send: Callable[[Any], None],
 
     col = Collector(cfg, on_trajectory, quiet=True, replay_subdir=f"shard{shard}")
     # One update's share (set by the learner side's worker config) may wait; past it, hold.
-    hold = ShardHold(col.pause, queued, cfg.train.battles_per_update)
+    hold = ShardHold(col.pause, queued, cfg.train.sides_per_update)
     first = await recv()  # initial weights before any battle
     if first is None:
         return

@@ -202,6 +202,7 @@ async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str
     from ..run.process import setup_process
     from ..showdown import showdown_for
     from .evaluate import evaluate_config, policy_from_checkpoint, searching, training_label
+    from .progress import Progress
 
     device = setup_process(cfg)
     out = run_dir / "curve.csv"
@@ -213,8 +214,9 @@ async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str
           f"{len(todo)} to play ({len(points) * len(opponents) - len(todo)} already in {out})", flush=True)
     tb = MetricsLog(run_dir, cfg.train.tensorboard, quiet=True) if todo else None
     loaded: dict = {}  # the checkpoint being played, read once for all its opponents
+    progress = Progress("curve", len(todo) * n_battles)
     try:
-        async with showdown_for(cfg.server, runner=cfg.runner) as server:
+        async with showdown_for(cfg.server, runner=cfg.runner) as server, progress.shown():
             for p, o in todo:
                 if p.update not in loaded:
                     loaded = {p.update: policy_from_checkpoint(str(p.path), device, greedy=greedy,
@@ -222,7 +224,7 @@ async def run_curve(cfg, run_dir: Path, points: list[Point], opponents: list[str
                 policy, ckpt_cfg = loaded[p.update]
                 make_agent = searching(search, ckpt_cfg) if search is not None else Agent
                 res = await evaluate_config(cfg, policy, server.url, o, n_battles, cfg.runner.concurrency,
-                                            label=keys[o], make_agent=make_agent)
+                                            label=keys[o], make_agent=make_agent, progress=progress)
                 label = training_label(o, ckpt_cfg.train)
                 rows.append(row_of(p, res, label))
                 append_row(out, rows[-1])

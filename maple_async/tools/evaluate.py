@@ -59,14 +59,15 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
                    opponent_label: Optional[str] = None,
                    battle_options: Optional[dict] = None, battle_timeout_s: float = 300.0,
                    teams: Optional[Teams] = None, replays=None, device=None,
-                   make_agent: Callable[..., Agent] = Agent, search=None) -> EvalResult:
+                   make_agent: Callable[..., Agent] = Agent, search=None, progress=None) -> EvalResult:
     """Play ``n_battles`` against ``opponent``: a baseline's name, a checkpoint file (loaded
     on ``device``, default the policy's, as greedy as it) or another policy
     (:func:`opponent_side`), called ``opponent_label`` in the results.
     ``battle_options``: :func:`~maple_async.pokeenv.players.fast_kwargs` of the config;
     ``teams``: in a team format, the pools both sides draw from; ``replays``: a ReplayWriter.
     ``make_agent``: builds the player's agent (a :class:`~maple_async.collect.search_agent.SearchAgent`
-    searches; its leaf process is closed here). ``search``: the ``search`` opponent's keys."""
+    searches; its leaf process is closed here). ``search``: the ``search`` opponent's keys.
+    ``progress``: a :class:`~maple_async.tools.progress.Progress` that follows the match."""
     label = opponent_label or (opponent if isinstance(opponent, str) else "opponent")
     if isinstance(opponent, str) and not played(opponent).is_baseline:  # a checkpoint file
         opponent = opponent_side(played(opponent), policy.device if device is None else device,
@@ -76,9 +77,13 @@ async def evaluate(policy: InferencePolicy, url: str, opponent, n_battles: int, 
     match = Match(url, agent, other, concurrency=concurrency, battle_format=battle_format,
                   battle_options=battle_options, battle_timeout_s=battle_timeout_s, account="evl",
                   labels=(label, "eval"), teams=teams, replays=replays, search=search)
+    if progress is not None:
+        progress.follow(match.results, f"vs {label}")
     try:
         seconds = await until_failed(match.play(n_battles), [policy, getattr(other, "policy", None)])
     finally:
+        if progress is not None:
+            progress.settle()
         await match.close(close_batchers=True)
         if hasattr(agent, "close_search"):
             await agent.close_search()
@@ -225,14 +230,15 @@ def evaluate_policy(policy, opponents=("random", "max_power", "heuristics"), bat
 
 async def evaluate_config(cfg, policy, url: str, opponent, n_battles: int, concurrency: int,
                           label: Optional[str] = None, replays=None,
-                          make_agent: Callable[..., Agent] = Agent) -> EvalResult:
+                          make_agent: Callable[..., Agent] = Agent, progress=None) -> EvalResult:
     """:func:`evaluate` with the config's batcher, format, teams and battle options."""
     from ..pokeenv.players import fast_kwargs
     from ..teams import for_config
     return await evaluate(policy, url, opponent, n_battles, batcher_cfg=cfg.batcher, concurrency=concurrency,
                           battle_format=cfg.runner.battle_format, opponent_label=label,
                           battle_options=fast_kwargs(cfg.runner), battle_timeout_s=cfg.runner.battle_timeout_s,
-                          teams=for_config(cfg), replays=replays, make_agent=make_agent, search=cfg.search)
+                          teams=for_config(cfg), replays=replays, make_agent=make_agent, search=cfg.search,
+                          progress=progress)
 
 
 def checkpoint_format(cfg, checkpoint: str, keep_teams: bool = False, quiet: bool = False):
@@ -268,13 +274,15 @@ async def run_baseline_eval(cfg, name: str, opponents: list[Opponent], n_battles
     from ..run.process import setup_process
     from ..showdown import showdown_for
     from ..teams import for_config
+    from .progress import Progress, stream_for
     if replays_dir:
         raise UserError("--replays records a network's battles; --baseline has none")
     setup_process(cfg)  # runner.seed and the process's settings, as run_eval
     table = EvalTable()
     quiet = json_path == "-"
     names = config_mod.formats(cfg.runner.battle_format)
-    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
+    progress = Progress("eval", n_battles * len(names) * len(opponents), stream=stream_for(json_path))
+    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server, progress.shown():
         for fmt in names:
             one = config_mod.for_format(cfg, fmt)
             tag = "" if len(names) == 1 else f" [{fmt}]"
@@ -282,9 +290,11 @@ async def run_baseline_eval(cfg, name: str, opponents: list[Opponent], n_battles
                 match = Match(server.url, name, o.spec, concurrency=cfg.runner.concurrency, battle_format=fmt,
                               battle_options=fast_kwargs(one.runner), battle_timeout_s=one.runner.battle_timeout_s,
                               account="evl", teams=for_config(one), search=one.search)
+                progress.follow(match.results, f"vs {o.spec}")
                 try:
                     seconds = await match.play(n_battles)
                 finally:
+                    progress.settle()
                     await match.close()  # closes the search player's leaf process too
                 res = EvalResult.of(o.spec, match.results, seconds, getattr(match.me, "search_stats", None))
                 table.add(name + tag, res, "no network", quiet, name)
@@ -320,6 +330,7 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
     from ..pokeenv.replays import ReplayWriter
     from ..run.process import setup_process
     from ..showdown import showdown_for
+    from .progress import Progress, stream_for
 
     device = setup_process(cfg)
     baselines = [o for o in opponents if o.is_baseline]
@@ -341,7 +352,9 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
     quiet = json_path == "-"
     replays = ReplayWriter(replays_dir) if replays_dir else None
     names = config_mod.formats(cfg.runner.battle_format)
-    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server:
+    rows = len(names) * sum(len(baselines) + len(checkpoints) - 1 - i for i in range(len(checkpoints)))
+    progress = Progress("eval", n_battles * rows, stream=stream_for(json_path))
+    async with showdown_for(cfg.server, quiet=quiet, runner=cfg.runner) as server, progress.shown():
         # No baseline-vs-baseline games: the first checkpoint's row is the headline.
         for fmt in names:
             one = config_mod.for_format(cfg, fmt)
@@ -351,7 +364,8 @@ async def run_eval(cfg, player: str, opponents: list[Opponent], n_battles: int, 
                 make_agent = searching(search, ckpt_cfg) if search is not None and c == player else Agent
                 for o, side in [(o.spec, o.spec) for o in baselines] + later:
                     res = await evaluate_config(one, policy, server.url, side, n_battles, cfg.runner.concurrency,
-                                                label=short.get(o, o), replays=replays, make_agent=make_agent)
+                                                label=short.get(o, o), replays=replays, make_agent=make_agent,
+                                                progress=progress)
                     label = training_label(o, ckpt_cfg.train) if ckpt_cfg is not None else "outside policy"
                     tag = "" if len(names) == 1 else f" [{fmt}]"  # each format's players apart
                     res.opponent += tag if not isinstance(side, str) else ""  # baselines keep one name

@@ -3,21 +3,10 @@ and their throughput."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Optional
 
 from ..run.process import setup_process
-
-
-async def progress(label: str, get_done, total: int, period: float = 5.0) -> None:
-    """A line every ``period`` seconds: battles done of ``total`` and their rate."""
-    t0 = time.perf_counter()
-    while True:
-        await asyncio.sleep(period)
-        done = get_done()
-        dt = time.perf_counter() - t0
-        print(f"[{label}] {done}/{total} battles  {done / dt:.2f} battles/s", flush=True)
+from .progress import Progress
 
 
 async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str] = None,
@@ -44,19 +33,16 @@ async def run_play(cfg, n_battles: int, replays=None, policy_spec: Optional[str]
                             value_reward=cfg.reward, value_gamma=cfg.ppo.gamma)
     else:
         agent = Agent(policy, cfg.batcher, reward_cfg=cfg.reward, record=False)
-    async with showdown_for(cfg.server, runner=cfg.runner) as server:
-        sides = 2 if cfg.runner.opponent == "self" else 1
-        prog = asyncio.get_running_loop().create_task(
-            progress("play", lambda: agent.stats.battles // sides, n_battles))
+    progress = Progress("play", n_battles)
+    async with showdown_for(cfg.server, runner=cfg.runner) as server, progress.shown():
         try:
             res = await until_failed(play(agent, server.url, n_battles, opponent=cfg.runner.opponent,
                                           concurrency=cfg.runner.concurrency,
                                           battle_format=cfg.runner.battle_format,
                                           battle_timeout_s=cfg.runner.battle_timeout_s,
                                           battle_options=fast_kwargs(cfg.runner), teams=for_config(cfg),
-                                          replays=replays, search=cfg.search), [policy])
+                                          replays=replays, search=cfg.search, progress=progress), [policy])
         finally:
-            prog.cancel()
             await agent.batcher.close()
             if search is not None:
                 await agent.close_search()

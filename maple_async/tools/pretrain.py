@@ -27,6 +27,7 @@ from ..pokeenv.players import fast_kwargs
 from ..errors import UserError
 from ..obs import games
 from ..teams import for_config
+from .progress import Progress
 
 
 async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, *, opponent: str = "self",
@@ -38,7 +39,13 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
     if games.is_doubles_format(cfg.runner.battle_format):
         raise UserError(f"pretrain clones singles teachers; {cfg.runner.battle_format} is doubles "
                         f"(train it from scratch: maple-async train)")
-    say = (lambda m: None) if quiet else (lambda m: print(m, flush=True))
+    progress = Progress("pretrain", n_battles, seconds=60 * max_minutes)
+
+    def say(message: str) -> None:
+        if not quiet:
+            progress.clear()
+            print(message, flush=True)
+
     learner = Learner(nets.for_config(cfg), cfg.ppo, device)
     inbox: list = []
     arrived = asyncio.Event()
@@ -59,6 +66,9 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
                   account="bc", labels=(opponent, teacher), teams=for_config(cfg, quiet=True))
     t0 = time.perf_counter()
     task = match.start(n_battles)
+    progress.follow(match.results, f"{teacher} vs {opponent}", win_rate=opponent != "self")
+    if not quiet:
+        progress.start()
     rounds, sides, steps, last = 0, 0, 0, {}
     try:
         while True:
@@ -88,6 +98,7 @@ async def pretrain(cfg: Config, device, url: str, teacher: str, n_battles: int, 
                     task.result()  # a failed match raises here
                 break
     finally:
+        progress.stop()
         await match.close(close_batchers=True)
     seconds = time.perf_counter() - t0
     path = Path(out) if out else Path(cfg.train.run_dir) / "pretrained.pt"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from typing import Awaitable, Callable, Optional
 
@@ -20,14 +21,15 @@ from ...inference.policy import InferencePolicy
 from ...pokeenv.players import fast_kwargs
 from ...run.process import tune_gc
 from ...teams import Teams, for_config
+from ..progress import Progress
 from .machine import server_cpu
 from .output import progress
 from .stats import Window, pooled, round_ratios, summarise
 
 
 async def _run_window(match: Match, snapshot, warmup_s: float, seconds: float,
-                      max_warmup_s: float = 120.0, server_pgid: Optional[int] = None
-                      ) -> tuple[dict, dict, float, float]:
+                      max_warmup_s: float = 120.0, server_pgid: Optional[int] = None, progress=None,
+                      name: str = "") -> tuple[dict, dict, float, float]:
     """Measure a running match: return snapshots at the window's start and end, its length
     and the mean battles in flight. Each snapshot also holds this process's CPU time
     ("cpu") and the Showdown server's ("server", NaN when ``server_pgid`` is None or its
@@ -36,7 +38,10 @@ async def _run_window(match: Match, snapshot, warmup_s: float, seconds: float,
     The warm-up lasts ``warmup_s`` and at least until one full generation of battles (as
     many as run at once) has finished: all battles start together, so before that the
     finish rate is a burst, not the steady state (at 256 in flight a battle lasts ~20 s).
+    ``progress``: a :class:`~maple_async.tools.progress.Progress` that follows the match, as ``name``.
     """
+    if progress is not None:
+        progress.follow(match.results, name, win_rate=False)
     in_flight = []
     t_warm = time.perf_counter()
     await asyncio.sleep(warmup_s)
@@ -60,7 +65,7 @@ _FOREVER = 10 ** 7  # battles: a phase plays until its window ends
 
 async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: float,
                           battle_format: str, server_pgid: Optional[int] = None,
-                          teams: Optional[Teams] = None) -> Window:
+                          teams: Optional[Teams] = None, progress=None) -> Window:
     """RandomPlayer against RandomPlayer at the same concurrency, on the same server (in a
     team format, with teams from the same pools as maple-async's)."""
     match = Match(url, "random", "random", concurrency=concurrency, battle_format=battle_format,
@@ -69,7 +74,8 @@ async def measure_ceiling(url: str, concurrency: int, seconds: float, warmup_s: 
                     "d": match.me.n_decisions + match.opponent.n_decisions}
     match.start(_FOREVER)
     try:
-        s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
+        s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid,
+                                                 progress=progress, name="ceiling")
     finally:
         await match.close()
     return Window(seconds=dt, battles=s1["b"] - s0["b"], decisions=s1["d"] - s0["d"],
@@ -110,11 +116,11 @@ def bench_policy(cfg, device) -> InferencePolicy:
 
 
 async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
-                         learn: bool = False, server_pgid: Optional[int] = None) -> Window:
+                         learn: bool = False, server_pgid: Optional[int] = None, progress=None) -> Window:
     """maple-async self-play (one agent drives both sides); with ``learn``, the training
     run's own learning loop and collector, learning from self-play on this server."""
     if learn:
-        return await _measure_learning(url, cfg, device, seconds, warmup_s, server_pgid)
+        return await _measure_learning(url, cfg, device, seconds, warmup_s, server_pgid, progress)
     agent = Agent(bench_policy(cfg, device), cfg.batcher, reward_cfg=cfg.reward)
     match = Match(url, agent, agent, concurrency=cfg.runner.concurrency, account="bench",
                   battle_format=cfg.runner.battle_format, battle_options=fast_kwargs(cfg.runner),
@@ -122,7 +128,8 @@ async def measure_runner(url: str, cfg, device, seconds: float, warmup_s: float,
     snap = _runner_snapshot(lambda: match, agent)
     match.start(_FOREVER)
     try:
-        s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
+        s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid,
+                                                 progress=progress, name="maple-async self-play")
     finally:
         await match.close(close_batchers=True)
     return _runner_window(match, agent, s0, s1, dt, inflight)
@@ -136,13 +143,13 @@ def _training_cfg(cfg):
     import tempfile
     c = copy.deepcopy(cfg)
     with tempfile.TemporaryDirectory(prefix="maple-bench-") as run_dir:
-        c.train.opponents, c.train.total_battles, c.train.max_minutes = "self:1", 10 ** 9, 0.0
+        c.train.opponents, c.train.total_sides, c.train.max_minutes = "self:1", 10 ** 9, 0.0
         c.train.run_dir, c.train.tensorboard, c.train.checkpoint_every_updates = run_dir, False, 10 ** 9
         yield c
 
 
 async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: float,
-                            server_pgid: Optional[int]) -> Window:
+                            server_pgid: Optional[int], progress=None) -> Window:
     from ...run.loop import LearningLoop
     from ...run.transports import LocalTransport
     with _training_cfg(cfg) as c:
@@ -158,7 +165,8 @@ async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: flo
 
             def snap():
                 return {**runner_snap(), "upd": loop.learner.updates, "held": loop.held_updates}
-            s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid)
+            s0, s1, dt, inflight = await _run_window(match, snap, warmup_s, seconds, server_pgid=server_pgid,
+                                                     progress=progress, name="learning")
         finally:
             loop.request_stop("bench window over")
             await task
@@ -168,11 +176,13 @@ async def _measure_learning(url: str, cfg, device, seconds: float, warmup_s: flo
 
 
 async def measure_ceiling_for(cfg, url: str, seconds: float, warmup_s: float,
-                              server_pgid: Optional[int] = None, concurrency: Optional[int] = None) -> Window:
+                              server_pgid: Optional[int] = None, concurrency: Optional[int] = None,
+                              progress=None) -> Window:
     """The ceiling in the configured battle format and teams, at ``concurrency`` battles
     (default: the runner's)."""
     return await measure_ceiling(url, cfg.runner.concurrency if concurrency is None else concurrency,
-                                 seconds, warmup_s, cfg.runner.battle_format, server_pgid, for_config(cfg))
+                                 seconds, warmup_s, cfg.runner.battle_format, server_pgid, for_config(cfg),
+                                 progress)
 
 
 # -- rounds (`--repeats`) ------------------------------------------------------------------
@@ -215,33 +225,44 @@ async def run_bench(cfg, device, seconds: float, warmup_s: float, learn: bool, u
     per-round ratios, their mean and its 95% confidence interval are reported too.
     ``server_pgid``: the process group of a managed Showdown, whose CPU is then measured.
     Every phase starts with the same garbage-collector setting (``runner.gc_young_threshold``):
-    the ceiling runs in this process too. Learning, with ``learn``, ends each round."""
+    the ceiling runs in this process too. Learning, with ``learn``, ends each round.
+    A progress line (stderr, with the phases') shows each window's battles and the time left."""
+    given = ceiling is not None and repeats == 1
+    windows_planned = repeats * ((1 if given else 2) + bool(learn))
+    meter = Progress("bench", seconds=windows_planned * (warmup_s + seconds), stream=sys.stderr)
+
+    def say(message: str) -> None:
+        meter.clear()
+        progress(message)
+
     async def ceiling_phase() -> Window:
         tune_gc(cfg.runner.gc_young_threshold)
-        progress(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
-                 f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
-        return await measure_ceiling_for(cfg, url, seconds, warmup_s, server_pgid)
+        say(f"ceiling: RandomPlayer vs RandomPlayer, concurrency {cfg.runner.concurrency}, "
+            f"{seconds:.0f}s window after {warmup_s:.0f}s warm-up")
+        return await measure_ceiling_for(cfg, url, seconds, warmup_s, server_pgid, progress=meter)
 
     async def runner_phase() -> Window:
-        progress(f"maple-async self-play ({cfg.network.kind}, {device}, concurrency "
-                 f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}, wait_per_side_ms "
-                 f"{cfg.batcher.wait_per_side_ms}), same server")
+        say(f"maple-async self-play ({cfg.network.kind}, {device}, concurrency "
+            f"{cfg.runner.concurrency}, max_wait_ms {cfg.batcher.max_wait_ms}, wait_per_side_ms "
+            f"{cfg.batcher.wait_per_side_ms}), same server")
         tune_gc(cfg.runner.gc_young_threshold)
-        return await measure_runner(url, cfg, device, seconds, warmup_s, server_pgid=server_pgid)
+        return await measure_runner(url, cfg, device, seconds, warmup_s, server_pgid=server_pgid,
+                                    progress=meter)
 
     async def learn_phase() -> Window:
-        progress("maple-async self-play with learning on")
+        say("maple-async self-play with learning on")
         tune_gc(cfg.runner.gc_young_threshold)
-        return await measure_runner(url, cfg, device, seconds, warmup_s, learn=True, server_pgid=server_pgid)
+        return await measure_runner(url, cfg, device, seconds, warmup_s, learn=True, server_pgid=server_pgid,
+                                    progress=meter)
 
     def on_round(r: int) -> None:
         if repeats > 1:
-            progress(f"round {r + 1}/{repeats}")
+            say(f"round {r + 1}/{repeats}")
 
-    given = ceiling is not None and repeats == 1
     phases = [("runner", runner_phase)] if given else [("ceiling", ceiling_phase), ("runner", runner_phase)]
-    windows = await measure_rounds(phases, repeats, then=[("learn", learn_phase)] if learn else [],
-                                   on_round=on_round)
+    async with meter.shown():
+        windows = await measure_rounds(phases, repeats, then=[("learn", learn_phase)] if learn else [],
+                                       on_round=on_round)
     if given:
         windows["ceiling"] = [ceiling]
     whole = {name: pooled(ws) for name, ws in windows.items()}
