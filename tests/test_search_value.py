@@ -1,4 +1,4 @@
-"""search/value.py and the agent's search (issue 62, items 3 and 5).
+"""search/value.py and the agent's search.
 
 * A leaf's value is the agent's own: in a real battle on the test server, each decision's root
   (a copy of the battle as the agent saw it, and the hidden state before its forward) given the

@@ -1,4 +1,4 @@
-"""A checkpoint's agent that searches its decisions (issue 62, item 5: ``eval --search``).
+"""A checkpoint's agent that searches its decisions (``eval --search``).
 
 :class:`SearchAgent` is an :class:`~maple_async.collect.agent.Agent` (its batcher, hidden
 states and statistics; a match plays it as any agent) whose every singles decision is first

@@ -1,4 +1,4 @@
-"""The network-free ``search`` baseline (issue 62, item 5): a poke-env player that searches every
+"""The network-free ``search`` baseline: a poke-env player that searches every
 decision on Showdown's own simulator and plays poke-env's SimpleHeuristicsPlayer where it cannot.
 
 One :class:`~.leaves.LeafHub` per player, started at its first decision and closed with the

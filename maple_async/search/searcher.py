@@ -1,4 +1,4 @@
-"""One decision's search (issue 62, item 2): belief -> built states -> leaves -> payoff tables
+"""One decision's search: belief -> built states -> leaves -> payoff tables
 -> a rule of :mod:`.choice` -> a Showdown choice string.
 
 Per decision: :func:`~.belief.sample_states` draws ``states`` states; ``leafhub.js`` builds them;

@@ -1,4 +1,4 @@
-"""Leaf values from the agent's own network (issue 62, item 3).
+"""Leaf values from the agent's own network.
 
 A leaf is one turn played in Showdown from a sampled state (:class:`~.leaves.Leaf`: our side's
 protocol lines of the turn, the next request, whether the battle ended and who won). Its value
