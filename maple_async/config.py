@@ -38,7 +38,8 @@ class ServerConfig:
                                    "unset: start a managed loopback server")
     host: str = key("127.0.0.1", "address a managed server binds (loopback only: it runs with --no-security)")
     port: int = key(0, "port of a managed server (0: a free port)", ge=0, le=65535)
-    home: Optional[str] = key(None, "where Showdown is installed (unset: $MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
+    home: Optional[str] = key(None, "the project's home: the pinned Showdown, poke-engine's builds, logs (unset: "
+                                    "$MAPLE_ASYNC_HOME or ~/.cache/maple-async)")
     start_timeout_s: float = key(180.0, "seconds a managed server may take to start", gt=0)
     transport: str = key("auto", "how battles reach Showdown: simulator (Showdown's sim package in pipes: "
                                  "no server, seeded battles), websocket (a server: rooms, logins, "

@@ -52,8 +52,10 @@ async def replay(positions: list[dict]) -> list[tuple[dict, ag.Compared, ag.Outc
             pairs = [(t.to_engine[r.ours], t.their_to_engine.get(r.theirs, "none")) for r in rows]
             reply = await pools[gen].request({"op": "instructions", "state": t.spec, "pairs": pairs}, 5.0)
             for r, outcomes in zip(rows, reply["outcomes"]):
-                mine = ag.engine_outcome(ag.active_of(snap["sides"][us]), "side_one", outcomes)
-                theirs = ag.engine_outcome(ag.active_of(snap["sides"][1 - us]), "side_two", outcomes)
+                mine = ag.engine_outcome(ag.active_of(snap["sides"][us]), snap["sides"][us]["active"],
+                                         "side_one", outcomes)
+                theirs = ag.engine_outcome(ag.active_of(snap["sides"][1 - us]), snap["sides"][1 - us]["active"],
+                                           "side_two", outcomes)
                 out.append((pos, r, mine, theirs))
     finally:
         for pool in pools.values():
@@ -75,3 +77,15 @@ def test_the_engine_replays_the_corpus_as_recorded_and_agrees_with_showdown(engi
     assert not changed, f"{len(changed)} pairs replay differently, e.g. {changed[:3]}"
     for gen, flags in agree.items():
         assert sum(flags) / len(flags) >= FLOOR[gen], (gen, sum(flags), len(flags))
+
+
+def test_a_forme_change_is_followed_both_ways():
+    """Mimikyu's Disguise breaks in the turn: Showdown's brief keys it by base species, the
+    engine keeps it at its index under a new name; both count its HP and its faint."""
+    before = {"species": "mimikyu", "baseSpecies": "mimikyu", "hp": 100, "maxhp": 200, "fainted": False}
+    sd = ag.showdown_outcome(before, [{"mimikyu": [75, 200, False]}, {"mimikyu": [0, 200, True]}])
+    assert sd.hp == pytest.approx((-25 - 100) / 200 / 2) and sd.ko == 0.5
+    outcomes = [(50.0, {"side_one": {"pokemon": [{"id": "MIMIKYUBUSTED", "hp": 75}]}}),
+                (50.0, {"side_one": {"pokemon": [{"id": "MIMIKYUBUSTED", "hp": 0}]}})]
+    en = ag.engine_outcome(before, 0, "side_one", outcomes)
+    assert en.hp == pytest.approx(sd.hp) and en.ko == 0.5

@@ -91,3 +91,36 @@ async def test_close_leaves_no_worker(gen4):
             os.kill(pid, 0)
     with pytest.raises(EngineDied):
         await pool.request({"op": "ping"}, 0.1)
+
+
+async def test_a_worker_whose_restart_fails_is_started_again_within_the_budget(gen4):
+    async with EnginePool(4, workers=1) as pool:
+        spawn, calls = pool._spawn, []
+
+        async def failing_once(w):
+            calls.append(w.index)
+            if len(calls) == 1:
+                raise EngineDied("did not start")
+            await spawn(w)
+        pool._spawn = failing_once
+        os.kill(pool.workers[0].proc.pid, signal.SIGKILL)
+        for _ in range(200):
+            if pool.workers[0].alive and len(calls) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert pool.workers[0].alive and len(calls) == 2 and pool.restarts == 2
+        assert (await pool.request({"op": "ping"}, 1.0))["ok"]
+
+
+async def test_past_its_restart_budget_the_pool_gives_up_naming_the_last_error(gen4):
+    async with EnginePool(4, workers=1) as pool:
+        async def never(w):
+            raise EngineDied("no start for you")
+        pool._spawn = never
+        os.kill(pool.workers[0].proc.pid, signal.SIGKILL)
+        for _ in range(200):
+            if pool._failed:
+                break
+            await asyncio.sleep(0.1)
+        with pytest.raises(EngineDied, match="no start for you"):
+            await pool.request({"op": "ping"}, 1.0)

@@ -61,12 +61,15 @@ def sabotage(me, kind: str, at: int, done: list) -> None:
     searcher.pools.get = get_then_wrap
 
 
-@pytest.mark.parametrize("kind,counted", [("kill", "engine_died"), ("hang", "engine_hang"), ("panic", "engine_panic")])
-async def test_an_engine_fault_costs_one_search_and_the_battle_goes_on(showdown_url, kind, counted):
+@pytest.mark.parametrize("kind,counted,states", [("kill", "engine_died", 1), ("hang", "engine_hang", 1),
+                                                 ("panic", "engine_panic", 1), ("kill", "engine_died", 2)])
+async def test_an_engine_fault_costs_one_search_and_the_battle_goes_on(showdown_url, kind, counted, states):
+    """One state: the decision's search fails (counted), the heuristics play it. Two states:
+    the decision is searched on the state the engine did not fail (counted by state)."""
     tag = run_id()
     me = make_baseline("search", showdown_url, f"pe{tag}a", 1, FMT, base=baseline_class(FMT))
     them = RandomPlayer(**player_kwargs(showdown_url, f"pe{tag}b", 1, FMT))
-    me.search_config = SearchConfig(engine="poke-engine", states=2, budget_ms=40)
+    me.search_config = SearchConfig(engine="poke-engine", states=states, budget_ms=40)
     done: list = []
     sabotage(me, kind, at=3, done=done)
     restarts = [0]
@@ -87,7 +90,8 @@ async def test_an_engine_fault_costs_one_search_and_the_battle_goes_on(showdown_
         await me.close_search()
     stats = me.search_stats
     assert done == [kind] and me.n_finished_battles >= 1
-    assert stats.failed[counted] >= 1 and f"{counted}" in stats.line(), stats.line()
+    failures = stats.failed if states == 1 else stats.states_failed
+    assert failures[counted] >= 1 and counted in stats.line(), stats.line()
     assert stats.searched > 2, stats.line()  # searched before and after the fault
     if kind != "panic":
         assert restarts[0] >= 1

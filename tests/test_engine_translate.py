@@ -74,7 +74,7 @@ def test_gens_1_and_2_have_no_abilities():
 
 def test_sleep_rest_and_toxic():
     p1 = [mon(active=True, status="slp", statusState={"time": 2, "startTime": 3}),
-          mon("pikachu", status="slp", statusState={"time": 2, "startTime": 2, "sourceEffect": "rest"})]
+          mon("pikachu", status="slp", statusState={"time": 2, "startTime": 2, "rest": True})]
     spec = tr.translate(snap(p1=p1), "p1").spec
     assert spec["side_one"]["pokemon"][0]["status"] == "sleep"
     assert spec["side_one"]["pokemon"][0]["sleep_turns"] == 1 and spec["side_one"]["pokemon"][0]["rest_turns"] == 0
@@ -92,7 +92,7 @@ def test_volatiles_and_durations():
     s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
     assert s1["volatile_statuses"] == ["CONFUSION", "ENCORE", "LEECHSEED", "SUBSTITUTE", "TAUNT"]
     assert s1["substitute_health"] == 75
-    assert s1["volatile_status_durations"] == {"confusion": 2, "taunt": 3, "encore": 2}
+    assert s1["volatile_status_durations"] == {"confusion": 2, "taunt": 0, "encore": 1}  # taunt, encore: turns used
     assert s1["last_used_move"] == "move:1"  # encored into Rest
     assert (s1["attack_boost"], s1["defense_boost"], s1["speed_boost"]) == (2, -1, 1)
 
@@ -101,7 +101,7 @@ def test_lock_and_choice_lock():
     p1 = [mon(active=True, moves=("outrage", "earthquake"), volatiles={"lockedmove": {"move": "outrage",
                                                                                       "duration": 1, "trueDuration": 2}})]
     s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
-    assert "LOCKEDMOVE" in s1["volatile_statuses"] and s1["volatile_status_durations"]["lockedmove"] == 2
+    assert "LOCKEDMOVE" in s1["volatile_statuses"] and s1["volatile_status_durations"]["lockedmove"] == 1
     assert s1["last_used_move"] == "move:0"
     p1 = [mon(active=True, moves=("outrage", "earthquake"), item="choiceband",
               volatiles={"choicelock": {"move": "earthquake"}})]
@@ -110,7 +110,7 @@ def test_lock_and_choice_lock():
 
 
 def test_protect_counter_and_perish():
-    p1 = [mon(active=True, volatiles={"stall": {"counter": 9}, "perishsong": {"duration": 2}})]
+    p1 = [mon(active=True, volatiles={"stall": {"counter": 4}, "perishsong": {"duration": 2}})]  # gen 4: doubled
     s1 = tr.translate(snap(p1=p1), "p1").spec["side_one"]
     assert s1["side_conditions"]["protect"] == 2
     assert "PERISH2" in s1["volatile_statuses"]
@@ -132,14 +132,6 @@ def test_side_and_slot_conditions():
     with pytest.raises(Refusal) as e:
         tr.translate(snap(s1={"conditions": {"gmaxsteelsurge": {}}}), "p1")
     assert e.value.reason == "engine:side_condition:gmaxsteelsurge"
-
-
-def test_future_sight_moves_to_its_users_side():
-    # Showdown keeps it on the target's slot (p2's), naming its user (p1's second Pokémon)
-    s2 = {"slot": {"futuremove": {"duration": 2, "source": ["p1", 1]}}}
-    spec = tr.translate(snap(s2=s2), "p1").spec
-    assert spec["side_one"]["future_sight"] == (2, "1")
-    assert "future_sight" not in spec["side_two"]
 
 
 def test_field():
@@ -184,7 +176,7 @@ ENGINE_CASES = {
     "substitute": (_active(volatiles={"substitute": {"hp": 40}}), {"substitute_health": 40, "vol": "SUBSTITUTE"}),
     "confusion": (_active(volatiles={"confusion": {"time": 3}}), {"vol": "CONFUSION", "dur": ("confusion", 3)}),
     "leechseed": (_active(volatiles={"leechseed": {}}), {"vol": "LEECHSEED"}),
-    "taunt": (_active(volatiles={"taunt": {"duration": 2}}), {"vol": "TAUNT", "dur": ("taunt", 2)}),
+    "taunt": (_active(volatiles={"taunt": {"duration": 2}}), {"vol": "TAUNT", "dur": ("taunt", 1)}),
     "yawn": (_active(volatiles={"yawn": {"duration": 1}}), {"vol": "YAWN", "dur": ("yawn", 1)}),
     "magnetrise": (_active(volatiles={"magnetrise": {"duration": 4}}), {"vol": "MAGNETRISE"}),
     "focusenergy": (_active(volatiles={"focusenergy": {}}), {"vol": "FOCUSENERGY"}),
@@ -202,16 +194,17 @@ ENGINE_CASES = {
     "typechange": (_active(types=["Fire"]), {"vol": "TYPECHANGE", "types": ("fire", "typeless")}),
     "quarkdrive": (_active(volatiles={"quarkdrive": {"bestStat": "spe"}}), {"vol": "QUARKDRIVESPE"}),
     "protosynthesis": (_active(volatiles={"protosynthesis": {"bestStat": "atk"}}), {"vol": "PROTOSYNTHESISATK"}),
-    "stall": (_active(volatiles={"stall": {"counter": 3}}), {"cond": ("protect", 1)}),
+    "stall": (_active(volatiles={"stall": {"counter": 2}}), {"cond": ("protect", 1)}),
     "lockedmove": (_active(volatiles={"lockedmove": {"move": "rest", "trueDuration": 1}}),
-                   {"vol": "LOCKEDMOVE", "dur": ("lockedmove", 1)}),
+                   {"vol": "LOCKEDMOVE", "dur": ("lockedmove", 2)}),
     "choicelock": (_active(volatiles={"choicelock": {"move": "rest"}}), {"disabled": [True, False]}),
     "slowstart": (_active(volatiles={"slowstart": {"duration": 3}}), {"vol": "SLOWSTART", "dur": ("slowstart", 3)}),
     "supremeoverlord": (_active(), {}),  # the engine counts the fainted allies itself
     "slp": (_active(status="slp", statusState={"time": 1, "startTime": 3}), {"sleep_turns": 2}),
     "tox": (_active(status="tox", statusState={"stage": 2}), {"cond": ("toxic_count", 2)}),
     "sideconditions": ({"s1": {"conditions": {"lightscreen": {"duration": 3}}}}, {"cond": ("light_screen", 3)}),
-    "futuremove": ({"s2": {"slot": {"futuremove": {"duration": 1, "source": ["p1", 0]}}}}, {"future_sight": (1, "0")}),
+    "futuremove": ({"s2": {"slot": {"futuremove": {"move": "futuresight", "endingTurn": 3, "source": ["p1", 0]}}}},
+                   {"future_sight": (2, "0")}),
     "weather": ({"field": {"weather": "sunnyday", "weatherDuration": 2, "terrain": "", "terrainDuration": 0,
                            "pseudoWeather": {}}}, {"state": ("weather", "sun")}),
     "terrain": ({"field": {"weather": "", "weatherDuration": 0, "terrain": "psychicterrain", "terrainDuration": 4,
@@ -261,3 +254,98 @@ def test_a_carried_effect_reaches_the_engine_state(name):
         assert s1["future_sight"] == want["future_sight"]
     if "state" in want:
         assert spec[want["state"][0]] == want["state"][1]
+
+
+# -- from the review: what the engine means by each count ---------------------------------------
+def test_future_sight_turns_left_come_from_its_ending_turn_and_land_on_its_users_side():
+    # Showdown keeps no duration, only endingTurn (= the turn of use - 1 + 2): used on turn 3,
+    # it hits at the end of turn 5; at the decision of turn 4 the engine's count is 2
+    fut = {"move": "futuresight", "endingTurn": 4, "source": ["p1", 1]}
+    s = snap(s2={"slot": {"futuremove": fut}})
+    s["turn"] = 4
+    assert tr.translate(s, "p1").spec["side_one"]["future_sight"] == (2, "1")
+    # we are p2: the user (p2) is our side, the engine's side one, wherever it sits in the snapshot
+    fut = {"move": "futuresight", "endingTurn": 4, "source": ["p2", 0]}
+    s = snap(s1={"slot": {"futuremove": fut}})
+    s["turn"] = 4
+    spec = tr.translate(s, "p2").spec
+    assert spec["side_one"]["future_sight"] == (2, "0") and "future_sight" not in spec["side_two"]
+
+
+def test_doom_desire_is_refused_the_engine_has_future_sight_alone():
+    fut = {"move": "doomdesire", "endingTurn": 4, "source": ["p1", 0]}
+    with pytest.raises(Refusal) as e:
+        tr.translate(snap(s2={"slot": {"futuremove": fut}}), "p1")
+    assert e.value.reason == "engine:doomdesire"
+
+
+@pytest.mark.parametrize("name,state,count", [
+    ("taunt", {"duration": 3}, 0), ("taunt", {"duration": 2}, 1), ("taunt", {"duration": 1}, 2),
+    ("encore", {"duration": 3, "move": "rest"}, 0), ("encore", {"duration": 1, "move": "rest"}, 2),
+    ("lockedmove", {"move": "rest", "duration": 1, "trueDuration": 2}, 1),
+    ("lockedmove", {"move": "rest", "duration": 1, "trueDuration": 1}, 2),
+])
+def test_encore_taunt_and_locks_are_counted_as_the_engine_counts_turns_used(name, state, count):
+    # Showdown keeps the turns left; the engine counts up from 0 and ends the effect at 2
+    s1 = tr.translate(snap(p1=[mon(active=True, volatiles={name: state})]), "p1").spec["side_one"]
+    assert s1["volatile_status_durations"][name] == count
+
+
+def test_a_switch_in_the_middle_of_a_turn_is_a_forced_switch_to_the_engine():
+    s = snap(s1={"request": "switch"})  # U-turn: our active is alive and must switch
+    assert tr.translate(s, "p1").spec["side_one"]["force_switch"] is True
+    assert not tr.translate(snap(), "p1").spec["side_one"].get("force_switch")
+
+
+def test_rest_is_recognised_from_the_beliefs_mark():
+    p1 = [mon(active=True, status="slp", statusState={"time": 2, "startTime": 3, "rest": True})]
+    a = tr.translate(snap(p1=p1), "p1").spec["side_one"]["pokemon"][0]
+    assert (a["rest_turns"], a["sleep_turns"]) == (2, 0)
+
+
+@pytest.mark.parametrize("gen,counter,uses", [(4, 4, 2), (5, 2, 1), (6, 9, 2), (9, 3, 1)])
+def test_protects_run_by_generation(gen, counter, uses):
+    # gens 3-5 double the counter, gens 6+ triple it
+    s1 = tr.translate(snap(gen=gen, p1=[mon(active=True, volatiles={"stall": {"counter": counter}})]),
+                      "p1").spec["side_one"]
+    assert s1["side_conditions"]["protect"] == uses
+
+
+@pytest.mark.integration
+async def test_rests_sleep_reaches_the_engine_from_the_belief_through_the_built_battle():
+    """The belief's Rest reader -> leafhub's patch -> the built battle's description -> the
+    engine's rest_turns (Showdown's own status state does not say a sleep came from Rest)."""
+    import shutil
+    if shutil.which("node") is None:
+        pytest.skip("needs Node.js")
+    from maple_async.search.belief.readers import sleep
+    from maple_async.search.leaves import LeafHub
+
+    class H:  # the reader's view of a Pokémon that used Rest and slept through one turn
+        status, gen = "slp", 4
+        proto = type("P", (), {})()
+
+        @staticmethod
+        def mine(m):
+            return True
+
+    events = [["", "-status", "p1a: Snorlax", "slp", "[from] move: Rest"], ["", "cant", "p1a: Snorlax", "slp"]]
+    H.proto.events = events
+    H.proto.last = lambda test: max((i for i, m in enumerate(events) if test(m)), default=-1)
+    H.proto.count = lambda test, after: sum(1 for m in events[after + 1:] if test(m))
+    fields = sleep(H, "slp")
+    assert fields["statusState"]["rest"] is True
+    evs = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
+    team = [{"species": "Snorlax", "name": "Snorlax", "level": 80, "ability": "Thick Fat", "item": "Leftovers",
+             "moves": ["Rest", "Body Slam"], "evs": evs}]
+    foe = [{"species": "Blissey", "name": "Blissey", "level": 80, "ability": "Natural Cure", "item": "Leftovers",
+            "moves": ["Seismic Toss"], "evs": evs}]
+    state = {"seed": [1, 2, 3, 4], "turn": 3, "p1": {"name": "us", "team": team, "pokemon": [{"status": "slp", **fields}]},
+             "p2": {"name": "them", "team": foe}}
+    async with LeafHub() as hub:
+        built = await hub.build("rest", "gen4randombattle", [state], us="p1", describe=True)
+        await hub.drop("rest")
+    snap = built[0].snapshot
+    assert snap["sides"][0]["pokemon"][0]["statusState"]["rest"] is True
+    a = tr.translate(snap, "p1").spec["side_one"]["pokemon"][0]
+    assert (a["status"], a["rest_turns"], a["sleep_turns"]) == ("sleep", 2, 0)

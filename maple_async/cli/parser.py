@@ -11,6 +11,7 @@ does not read answers with what it reads. Every option's help ends with its defa
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -212,7 +213,10 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
     path = getattr(args, "config", None)
     run = path is not None and Path(path).name == "config.yaml" and (
         (Path(path).parent / "checkpoints").is_dir() or (Path(path).parent / "latest.pt").exists())
-    return config_mod.load(path, flag_values(args), saved=run)
+    cfg = config_mod.load(path, flag_values(args), saved=run)
+    if cfg.server.home:  # the whole run's home: Showdown, the search's leaf processes, poke-engine's builds
+        os.environ["MAPLE_ASYNC_HOME"] = str(Path(cfg.server.home).expanduser().resolve())
+    return cfg
 
 
 def add_outside_flags(p: argparse.ArgumentParser, command: str, concurrency: int, why: str) -> None:

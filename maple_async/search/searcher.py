@@ -57,6 +57,8 @@ class SearchStats:
     later_failed: int = 0  # search.depth 2+: later turns the simulator refused (the turns before scored)
     later_fallback: int = 0  # later turns where the simulator refused our choice and our strongest attack played
     states_dropped: int = 0  # sampled states whose built request disagreed with ours
+    # a decision's states the engine failed (by kind) where another of its states was searched
+    states_failed: collections.Counter = field(default_factory=collections.Counter)
     relaxed: int = 0  # opponent sets no generator draw agreed with (revealed facts written over)
     examples: dict = field(default_factory=dict)  # reason or error kind -> its latest message
 
@@ -73,7 +75,9 @@ class SearchStats:
                 + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else "")
                 + (f"; {self.later_failed} later turns failed" if self.later_failed else "")
                 + (f"; {self.later_fallback} later choices of ours refused (our strongest attack played)"
-                   if self.later_fallback else ""))
+                   if self.later_fallback else "")
+                + (f"; states the engine failed, the decision searched on the others: "
+                   f"{', '.join(f'{k} {v}' for k, v in self.states_failed.items())}" if self.states_failed else ""))
 
 
 def legal_choices(request: dict) -> list[str]:

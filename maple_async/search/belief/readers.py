@@ -275,8 +275,8 @@ def sleep(h: Holder, effect: str) -> Optional[dict]:
     start = proto.last(lambda m: m[1] == "-status" and h.mine(m) and m[3] == "slp")
     seen = proto.count(lambda m: m[1] == "cant" and h.mine(m) and m[3] == "slp", start)
     rest = start >= 0 and any("Rest" in p for p in proto.events[start][4:])
-    if rest and h.gen >= 3:
-        return {"statusState": {"time": max(1, 3 - seen), "startTime": 3}}
+    if rest and h.gen >= 3:  # ("rest": Showdown's state does not say where a sleep came from)
+        return {"statusState": {"time": max(1, 3 - seen), "startTime": 3, "rest": True}}
     return {"statusSeen": seen}
 
 

@@ -91,10 +91,11 @@ function requestKind(side) {
   return 'move';
 }
 
-// What a leaf's turn left, per side: species -> [hp, maxhp, fainted] (the agreement check's).
+// What a leaf's turn left, per side: base species -> [hp, maxhp, fainted] (the agreement
+// check's; by base species, as a forme changes: Mimikyu's Disguise, Aegislash, Morpeko, a Mega).
 function brief(battle) {
   return battle.sides.map((side) => Object.fromEntries(
-    side.pokemon.map((p) => [p.species.id, [p.hp, p.maxhp, !!p.fainted]])));
+    side.pokemon.map((p) => [p.baseSpecies.id, [p.hp, p.maxhp, !!p.fainted]])));
 }
 
 function describe(battle) {

@@ -73,26 +73,26 @@ def active_of(snap_side: dict) -> dict:
 
 def showdown_outcome(before: dict, afters: list[dict]) -> Outcome:
     """``before``: the active's snapshot at the start; ``afters``: each seed's brief of its side
-    (species -> [hp, maxhp, fainted])."""
+    (base species -> [hp, maxhp, fainted]: a forme change keeps its key)."""
     sp = before["species"]
+    key = before.get("baseSpecies", sp)
     hps, kos = [], []
     for after in afters:
-        hp, maxhp, fainted = after.get(sp, [before["hp"], before["maxhp"], before["fainted"]])
+        hp, maxhp, fainted = after[key]
         hps.append((hp - before["hp"]) / before["maxhp"])
         kos.append(1.0 if fainted and not before["fainted"] else 0.0)
     n = max(len(hps), 1)
     return Outcome(sp, sum(hps) / n, sum(kos) / n)
 
 
-def engine_outcome(before: dict, side_key: str, outcomes: list) -> Outcome:
-    """The engine's outcomes of one joint choice, (percentage, summary) each."""
+def engine_outcome(before: dict, index: int, side_key: str, outcomes: list) -> Outcome:
+    """The engine's outcomes of one joint choice, (percentage, summary) each, for the Pokémon at
+    ``index`` of its side (the engine keeps a side's Pokémon in place; a forme change renames it)."""
     sp = before["species"]
     total = sum(p for p, _ in outcomes) or 1.0
     hp = ko = 0.0
     for p, summary in outcomes:
-        mon = next((m for m in summary[side_key]["pokemon"] if str(m["id"]).lower() == sp), None)
-        if mon is None:
-            continue
+        mon = summary[side_key]["pokemon"][index]
         w = p / total
         hp += w * (mon["hp"] - before["hp"]) / before["maxhp"]
         if mon["hp"] <= 0 < before["hp"]:
@@ -196,7 +196,7 @@ async def compare_position(hub, pool, pos: dict, index: int, pairs: int, seeds: 
         for side_i, key in ((us, "side_one"), (1 - us, "side_two")):
             before = active_of(snap["sides"][side_i])
             sd.append(showdown_outcome(before, [g.brief[side_i] for g in got]))
-            en.append(engine_outcome(before, key, reply["outcomes"][j]))
+            en.append(engine_outcome(before, snap["sides"][side_i]["active"], key, reply["outcomes"][j]))
         out.append(Compared(pos["format"], index, a, c, sd, en, features(snap, us, a, c)))
     return snap, out
 

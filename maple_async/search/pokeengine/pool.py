@@ -165,22 +165,28 @@ class EnginePool:
             if not fut.done():
                 fut.set_exception(error(reason))
         w.pending.clear()
-        if self.closed or w.starting is not None:
-            return
         self._budget.last_error = reason
-        if not self._budget.spend():
-            self._failed = self._budget.exhausted(f"engine workers of generation {self.gen}")
-            log.warning("engine pool gives up: %s", self._failed)
-            return
+        if self.closed or w.starting is not None:
+            return  # (a start under way that fails tries again itself)
         log.warning("%s; starting it again", reason)
-        self.restarts += 1
         w.starting = asyncio.get_running_loop().create_task(self._restart(w))
 
     async def _restart(self, w: _Worker) -> None:
+        """Start worker ``w`` again, each try spending the restart budget; past the budget the
+        pool gives up (every request then fails with the last reason)."""
         try:
-            await self._spawn(w)
-        except Exception as e:  # noqa: BLE001 - counted; the next request finds it dead
-            log.warning("engine worker %d did not start again: %s", w.index, e)
+            while not self.closed:
+                if not self._budget.spend():
+                    self._failed = self._budget.exhausted(f"engine workers of generation {self.gen}")
+                    log.warning("engine pool gives up: %s", self._failed)
+                    return
+                self.restarts += 1
+                try:
+                    await self._spawn(w)
+                    return
+                except Exception as e:  # noqa: BLE001 - counted, then tried again
+                    self._budget.last_error = str(e)
+                    log.warning("engine worker %d did not start again: %s", w.index, e)
         finally:
             w.starting = None
 

@@ -122,9 +122,20 @@ class EngineSearcher:
         ms = max(int((cfg.budget_ms or 100.0) / len(translations)), MIN_STATE_MS)
         if cfg.iterations:  # a count, not a clock: its deadline from the engine's slowest rate seen here
             ms = max(ms, int(cfg.iterations / SLOWEST_ITERATIONS_PER_MS))
-        replies = await asyncio.gather(*(
+        # each state on the least busy worker; a state the engine fails costs that state alone
+        got = await asyncio.gather(*(
             pool.request({"op": "mcts", "state": t.spec, "ms": ms, "iterations": cfg.iterations, "threads": 1},
-                         budget_s=ms / 1000, worker=k) for k, t in enumerate(translations)))
+                         budget_s=ms / 1000) for t in translations), return_exceptions=True)
+        kept = [(t, r) for t, r in zip(translations, got) if not isinstance(r, BaseException)]
+        for r in got:
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+        if not kept:
+            raise next(r for r in got if isinstance(r, BaseException))
+        for r in got:
+            if isinstance(r, BaseException):
+                self.stats.states_failed[getattr(r, "kind", type(r).__name__)] += 1
+        translations, replies = [t for t, _ in kept], [r for _, r in kept]
         share = np.zeros(len(ours))
         scores = np.zeros(len(ours))
         seen = np.zeros(len(ours))

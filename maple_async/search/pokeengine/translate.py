@@ -125,7 +125,7 @@ def pokemon(mon: dict, gen: int, active: bool, side: Side, names: dict) -> dict:
     st = mon.get("statusState", {})
     rest_turns = sleep_turns = 0
     if status == "slp":
-        if st.get("sourceEffect") == "rest":
+        if st.get("rest"):  # the belief marks Rest's sleep (Showdown's state does not say)
             rest_turns = max(int(st.get("time", 0)), 0)
         else:
             sleep_turns = max(int(st.get("startTime", 0)) - int(st.get("time", 0)), 0)
@@ -193,15 +193,23 @@ def _last_move(side: Side, mon: dict, move: str, why: str) -> None:
     side.spec["last_used_move"] = f"move:{i}"
 
 
+def _used(key: str, field_: str = "duration") -> Callable:
+    """An effect Showdown counts down (turns left) and the engine counts up from 0, ending it at
+    2: Encore, Taunt, the Outrage lock (the engine's count: 3 - turns left)."""
+    def carry(side: Side, state: dict, mon: dict, engine_mon: dict) -> None:
+        side.volatiles.add(key.upper())
+        side.durations[key] = min(max(3 - int(state.get(field_, 3)), 0), 2)
+    return carry
+
+
 def _encore(side: Side, state: dict, mon: dict, engine_mon: dict) -> None:
-    _duration("encore")(side, state, mon, engine_mon)
+    _used("encore")(side, state, mon, engine_mon)
     _last_move(side, mon, state.get("move", ""), "encore")
 
 
 def _locked(side: Side, state: dict, mon: dict, engine_mon: dict) -> None:
-    side.volatiles.add("LOCKEDMOVE")
-    # Showdown keeps the turns left of the lock (trueDuration) beside a 1-turn duration
-    side.durations["lockedmove"] = int(state.get("trueDuration", state.get("duration", 1)))
+    # Showdown keeps the lock's turns left in trueDuration, beside a 1-turn duration
+    _used("lockedmove", "trueDuration")(side, state, mon, engine_mon)
     _last_move(side, mon, state.get("move", ""), "lockedmove")
 
 
@@ -228,9 +236,14 @@ def _perish(side: Side, state: dict, mon: dict, engine_mon: dict) -> None:
     side.volatiles.add(f"PERISH{turns}")
 
 
-def _stall(side: Side, state: dict, mon: dict, engine_mon: dict) -> None:
+def _stall(side: Side, state: dict, mon: dict, engine_mon: dict, gen: int = 9) -> None:
+    """Protect's run: Showdown's counter is 3 to the uses in a row (gens 3-5: 2 to them; gen 2
+    halves a chance instead: one use is what the engine checks)."""
     counter = max(int(state.get("counter", 1)), 1)
-    side.conditions["protect"] = int(round(math.log(counter, 3)))
+    if gen <= 2:
+        side.conditions["protect"] = 1 if counter > 1 else 0
+    else:
+        side.conditions["protect"] = int(round(math.log(counter, 2 if gen <= 5 else 3)))
 
 
 def _paradox(name: str) -> Callable:
@@ -257,7 +270,7 @@ VOLATILES: dict[str, Callable] = {
     **{v: _ignore for v in TURN_ONLY},
     "substitute": _substitute,
     "confusion": _duration("confusion", "time"),
-    "taunt": _duration("taunt"),
+    "taunt": _used("taunt"),
     "yawn": _duration("yawn"),
     "slowstart": _duration("slowstart"),
     "encore": _encore,
@@ -299,6 +312,8 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
     active = mons[active_i]
     ea = engine_mons[active_i]
     side.spec.update({"active_index": str(active_i), "last_used_move": "move:none"})
+    if snap_side.get("request") == "switch" and active["hp"] > 0:
+        side.spec["force_switch"] = True  # a switch in the middle of a turn (U-turn, Baton Pass)
     if active.get("lastMove"):
         i = _move_index(active, active["lastMove"])
         if i is not None:
@@ -307,7 +322,10 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
         carry = VOLATILES.get(id_)
         if carry is None:
             raise Refusal(f"engine:volatile:{id_}", f"{active['species']} has volatile {id_} {state}")
-        carry(side, state, active, ea)
+        if carry is _stall:
+            _stall(side, state, active, ea, gen)
+        else:
+            carry(side, state, active, ea)
     if tuple(ea["types"]) != tuple(ea["base_types"]) and gen >= 3:  # gens 1-2 keep no such mark
         side.volatiles.add("TYPECHANGE")
     boosts = active.get("boosts") or {}
@@ -338,19 +356,26 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
     return side.spec, active
 
 
-def future_sight(snap: dict, target: int, spec_sides: list) -> None:
-    """Showdown keeps a Future Sight on its target's slot, the engine on its user's side (the
-    user's index, whose Special Attack it hits with)."""
+def future_sight(snap: dict, target: int, spec_sides: list, order: tuple) -> None:
+    """Showdown keeps a Future Sight on its target's slot with the turn it ends
+    (``endingTurn``), the engine on its user's side (the user's index, whose Special Attack it
+    hits with) with the turn ends left: 2 at the decision after its use. ``order``: the
+    snapshot's sides in the engine's order (ours first)."""
     state = (snap["sides"][target].get("slot") or {}).get("futuremove")
     if not state:
         return
+    if state.get("move", "futuresight") != "futuresight":
+        raise Refusal(f"engine:{state['move']}", "the engine keeps Future Sight alone on its way")
     src = state.get("source")
-    if not src:
-        raise Refusal("engine:futuremove", f"a future move with no source: {state}")
+    if not src or "endingTurn" not in state:
+        raise Refusal("engine:futuremove", f"a future move with no source or end: {state}")
     user = 0 if src[0] == snap["sides"][0]["id"] else 1
     if user == target:
         raise Refusal("engine:futuremove", "a future move on its user's own side")
-    spec_sides[user]["future_sight"] = (int(state.get("duration", 0)), str(int(src[1])))
+    left = int(state["endingTurn"]) - int(snap["turn"]) + 2
+    if not 1 <= left <= 3:
+        raise Refusal("engine:futuremove", f"{left} turn ends left")
+    spec_sides[order.index(user)]["future_sight"] = (left, str(int(src[1])))
 
 
 def choice_maps(snap_side: dict, gen: int) -> tuple[dict, dict]:
@@ -395,7 +420,7 @@ def translate(snap: dict, us: str, trapped: bool = False) -> Translation:
         spec, _active = side_spec(sides[i], gen, names)
         specs.append(spec)
     for i in (0, 1):
-        future_sight(snap, order[i], specs)
+        future_sight(snap, i, specs, order)
     if trapped:
         specs[0]["force_trapped"] = True
     spec = {
