@@ -28,6 +28,15 @@ os.environ["SB3_LOGDIR"] = _SB3_LOGDIR = tempfile.mkdtemp(prefix="maple-test-sb3
 atexit.register(shutil.rmtree, _SB3_LOGDIR, True)
 
 
+@pytest.fixture(autouse=True)
+def _python_gc_settings():
+    """Each test ends with Python's garbage-collector settings: a command run in-process
+    (train, eval, bench) tunes them for the whole process (run.process.tune_gc)."""
+    yield
+    from maple_async.run.process import tune_gc
+    tune_gc(0)
+
+
 def _tagged_processes(node_only: bool = True) -> dict[int, str]:
     """The live processes this run started (by its tag), pid -> command line."""
     found = {}

@@ -89,3 +89,23 @@ def test_a_forme_change_is_followed_both_ways():
                 (50.0, {"side_one": {"pokemon": [{"id": "MIMIKYUBUSTED", "hp": 0}]}})]
     en = ag.engine_outcome(before, 0, "side_one", outcomes)
     assert en.hp == pytest.approx(sd.hp) and en.ko == 0.5
+
+
+@pytest.mark.integration
+async def test_a_position_the_engine_fails_is_counted_and_the_others_compared(monkeypatch):
+    """A worker that dies on one position (the pool starts it again) costs that position, counted
+    by kind, not the whole measurement."""
+    from maple_async.search.pokeengine.pool import EngineDied
+    positions = [json.loads(x) for x in (CORPUS.parent / "engine_positions.jsonl").read_text().splitlines()]
+    real, calls = EnginePool.request, []
+
+    async def request(self, msg, budget_s, worker=None):
+        calls.append(msg["op"])
+        if msg["op"] == "instructions" and calls.count("instructions") == 1:
+            raise EngineDied("engine worker 0 of generation 4 exited (exit 0)")
+        return await real(self, msg, budget_s, worker)
+
+    monkeypatch.setattr(EnginePool, "request", request)
+    rows, corpus_, refused = await ag.compare(positions, pairs=2, seeds=4, seed=1)
+    assert refused == {"engine died": 1}
+    assert rows and {r.position for r in rows} == {1} and len(corpus_) == 1

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
+
+log = logging.getLogger("maple_async.search.engine")
 
 HP_TOLERANCE = 0.03
 KO_TOLERANCE = 0.05
@@ -209,7 +212,7 @@ async def compare(positions: list[dict], pairs: int, seeds: int, seed: int = 0, 
     from ..belief import Refusal
     from ..engines import generations
     from ..leaves import LeafHub
-    from .pool import EnginePool
+    from .pool import EngineError, EnginePool
     from .translate import translate
     rng = random.Random(seed)
     rows: list[Compared] = []
@@ -226,6 +229,10 @@ async def compare(positions: list[dict], pairs: int, seeds: int, seed: int = 0, 
                     snap, got = await compare_position(hub, pools[gen], pos, i, pairs, seeds, rng, translate)
                 except Refusal as r:
                     refused[r.reason] += 1
+                    continue
+                except EngineError as e:  # the pool restarts its worker; the position is lost
+                    refused[f"engine {type(e).__name__.removeprefix('Engine').lower()}"] += 1
+                    log.warning("position %d: %s", i, e)
                     continue
                 rows += got
                 if got:

@@ -140,7 +140,8 @@ def main(conn, engine_path: str, log_path: str) -> None:
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError) as e:
+            print(f"engine worker: the pool's end of the pipe closed ({type(e).__name__})", file=sys.stderr)
             return
         if msg is None:
             return
@@ -153,5 +154,6 @@ def main(conn, engine_path: str, log_path: str) -> None:
             reply = {"id": msg.get("id"), "ok": False, "kind": kind, "error": f"{type(e).__name__}: {e}"[:500]}
         try:
             conn.send(reply)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as e:
+            print(f"engine worker: its answer to {msg.get('op')!r} could not be sent: {e!r}", file=sys.stderr)
             return
