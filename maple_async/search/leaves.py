@@ -108,7 +108,10 @@ class LeafHub:
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and not self.proc.exited and self._exit is None
+        """Its process said ready and has not exited (one being started is not yet alive:
+        it has no pipes to write to until its start returns)."""
+        proc = self.proc
+        return proc is not None and proc.started and not proc.exited and self._exit is None
 
     async def start(self) -> "LeafHub":
         """Start the process (again, after it died: built decisions are not carried over)."""
