@@ -5,7 +5,8 @@ import shutil
 
 import pytest
 
-from maple_async.nodeproc import NodeProcess, NodeProcessError, RestartBudget, exit_line
+from maple_async.nodeproc import (NodeProcess, NodeProcessError, RestartBudget, exit_line,
+                                  group_processes)
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 
@@ -78,3 +79,26 @@ async def test_a_child_that_never_says_ready_is_killed_at_the_start_timeout():
     await asyncio.wait_for(proc.gone, 30)
     assert proc.returncode == -9
     await proc.close()
+
+
+async def test_a_close_during_the_spawn_kills_the_child_and_fails_its_start_without_a_cancel():
+    proc = NodeProcess("cat")
+    start = asyncio.ensure_future(proc.start("cat", timeout=60))
+    await asyncio.sleep(0)  # the child is being created: no pipes yet
+    assert proc.transport is None
+    try:
+        await proc.close(timeout=5)
+        await asyncio.wait([start], timeout=30)
+        # The start fails as a start that did not happen, not as a cancel nobody asked for.
+        assert start.done() and not start.cancelled()
+        with pytest.raises(NodeProcessError, match="cat was closed"):
+            start.result()
+        await asyncio.wait_for(proc.gone, 30)
+        assert group_processes(proc.pgid) == []
+    finally:
+        proc.kill()
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        if proc.transport is not None:
+            await asyncio.wait([proc.gone], timeout=30)
+            proc.transport.close()

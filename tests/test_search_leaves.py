@@ -13,8 +13,9 @@ import signal
 import numpy as np
 import pytest
 
+from maple_async.nodeproc import group_processes
 from maple_async.search import choice
-from maple_async.search.leaves import LeafHub, LeafHubDied, LeafRequestError
+from maple_async.search.leaves import LeafHub, LeafHubDied, LeafHubError, LeafRequestError
 
 pytestmark = [
     pytest.mark.integration,
@@ -622,4 +623,24 @@ async def test_a_request_while_the_process_is_being_created_says_it_is_not_runni
     finally:
         start.cancel()
         await asyncio.gather(start, return_exceptions=True)
+        await hub.close()
+
+
+async def test_a_close_during_the_start_ends_the_process_and_fails_the_start_without_a_cancel():
+    hub = LeafHub()
+    start = await _spawning(hub)
+    proc = hub.proc
+    try:
+        await hub.close()
+        await asyncio.wait([start], timeout=60)
+        assert start.done() and not start.cancelled()
+        with pytest.raises(LeafHubError, match="leafhub.js was closed"):
+            start.result()
+        await asyncio.wait_for(proc.gone, 30)
+        assert group_processes(proc.pgid) == []
+    finally:
+        proc.kill()
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        await proc.close()
         await hub.close()
