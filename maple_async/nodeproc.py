@@ -8,9 +8,10 @@ child on pipes, driven by the event loop: its first stdout record says it is rea
 a start timeout), its later records go to :meth:`NodeProcess.received` a read at a time,
 its error output is kept (the last lines, or a log file), :meth:`NodeProcess.why` tells
 its exit in one line, and :meth:`NodeProcess.close` ends its stdin, waits, then kills its
-group (one that never said ready is killed at once). :class:`RestartBudget` bounds restarts
-within a window. :func:`kill_group` and the ``/proc`` readers (:func:`group_processes`,
-:func:`group_cpu_s`) serve any process group, a server started by another command included.
+group (one that never said ready, or whose close is cancelled, is killed at once).
+:class:`RestartBudget` bounds restarts within a window. :func:`kill_group` and the ``/proc``
+readers (:func:`group_processes`, :func:`group_cpu_s`) serve any process group, a server
+started by another command included.
 """
 
 from __future__ import annotations
@@ -267,22 +268,26 @@ class NodeProcess(asyncio.SubprocessProtocol):
     async def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """End its stdin (the child exits when it ends), wait up to ``timeout`` seconds for
         the exit, then kill its group; nobody waits for its start any more. A child that has
-        not said ready (its start may be under way) holds nothing: it is killed at once.
-        Idempotent."""
+        not said ready (its start may be under way) holds nothing: it is killed at once, and
+        so is one whose close is cancelled. Idempotent."""
         self.closed = True
         if not self.ready.done():
             self.ready.cancel()
-        if self._spawning is not None and not self._spawning.done():
-            await asyncio.wait([self._spawning])  # its child is killed there
-        if self.transport is None:
-            return
-        if not self.exited:
-            if self.started:
-                self.stdin.close()  # what it was sent is written first
-                await asyncio.wait([self.gone], timeout=timeout)
+        try:
+            if self._spawning is not None and not self._spawning.done():
+                await asyncio.wait([self._spawning])  # its child is killed there
+            if self.transport is None:
+                return
             if not self.exited:
-                self.kill()
-                await asyncio.wait([self.gone], timeout=timeout)
+                if self.started:
+                    self.stdin.close()  # what it was sent is written first
+                    await asyncio.wait([self.gone], timeout=timeout)
+                if not self.exited:
+                    self.kill()
+                    await asyncio.wait([self.gone], timeout=timeout)
+        except BaseException:  # cancelled: ended without waiting
+            self.discard()
+            raise
         self.transport.close()
 
 

@@ -102,3 +102,21 @@ async def test_a_close_during_the_spawn_kills_the_child_and_fails_its_start_with
         if proc.transport is not None:
             await asyncio.wait([proc.gone], timeout=30)
             proc.transport.close()
+
+
+@needs_node
+async def test_a_cancelled_close_kills_the_child():
+    proc = await NodeProcess("deaf.js").start("node", "-e", READY + "setInterval(() => {}, 1000);",
+                                              timeout=60)
+    closing = asyncio.ensure_future(proc.close(timeout=30))
+    await asyncio.sleep(0.1)
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+    try:
+        await asyncio.wait([proc.gone], timeout=10)
+        assert proc.returncode == -9 and group_processes(proc.pgid) == []
+        await asyncio.sleep(0)
+        assert proc.transport.is_closing()
+    finally:
+        proc.kill()
+        await proc.close(timeout=1)

@@ -228,6 +228,9 @@ class Simulators:
         for p in procs:
             for b in list(p.battles.values()):
                 self.router.abandon(b)
+            # Killed before the first await: their battles are abandoned, nothing they hold is
+            # worth a graceful exit, and a close cancelled from here on leaves none running.
+            p.discard()
         await asyncio.gather(*(p.close() for p in procs))  # a restart under way: given up
         self.procs = []
         self._exiting.clear()
