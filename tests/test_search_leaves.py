@@ -644,3 +644,17 @@ async def test_a_close_during_the_start_ends_the_process_and_fails_the_start_wit
         await asyncio.gather(start, return_exceptions=True)
         await proc.close()
         await hub.close()
+
+
+async def test_a_request_cancelled_while_the_pipe_is_full_leaves_nothing_pending():
+    async with LeafHub() as hub:
+        hub.proc.pause_writing()  # as asyncio does when the pipe holds past its high-water mark
+        ping = asyncio.ensure_future(hub.ping())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not ping.done()  # waiting for the pipe to drain
+        ping.cancel()
+        await asyncio.gather(ping, return_exceptions=True)
+        assert hub._pending == {}
+        hub.proc.resume_writing()
+        await hub.ping()

@@ -206,10 +206,10 @@ class LeafHub:
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (message["op"], fut)
-        # A pipe whose process died drops what it is given: the exit fails every waiting request.
-        self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
-        await self.proc.drain()
-        try:
+        try:  # its entry goes however it ends: cancelled while the pipe drains included
+            # A pipe whose process died drops what it is given: the exit fails every waiting request.
+            self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
+            await self.proc.drain()
             reply = await fut
         finally:
             self._pending.pop(rid, None)
