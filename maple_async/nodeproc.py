@@ -130,7 +130,7 @@ class NodeProcess(asyncio.SubprocessProtocol):
     async def wait_ready(self, timeout: float) -> None:
         """Wait for the ready record; :attr:`error` when the child exits first, when it is
         closed meanwhile, or when the record does not come within ``timeout`` seconds (the
-        child is killed)."""
+        child is killed). A failed start leaves no transport open."""
         await asyncio.wait([self.ready, self.gone], timeout=timeout,
                            return_when=asyncio.FIRST_COMPLETED)
         if self.started:
@@ -138,9 +138,12 @@ class NodeProcess(asyncio.SubprocessProtocol):
         if self.ready.cancelled():  # closed meanwhile (close() ends the child)
             raise self.error(f"{self.name} was closed before it was ready")
         if self.exited:
-            raise self.error(f"{self.name} did not start: {await self.exit_reason()}")
+            why = await self.exit_reason()
+            self.discard()  # its transport is closed: nothing is left of it
+            raise self.error(f"{self.name} did not start: {why}")
         self.ready.cancel()
-        self.kill()
+        self.discard()
+        await asyncio.wait([self.gone], timeout=CLOSE_TIMEOUT_S)  # gone before it is given up
         where = f"; log {self.log_path}" if self.log_path is not None else ""
         raise self.error(f"{self.name} did not start within {timeout:.0f}s{where}") from None
 

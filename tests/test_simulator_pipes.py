@@ -4,9 +4,11 @@ script stands for simhub.js)."""
 import asyncio
 import time
 
+import pytest
+
 from maple_async import simulator
 from maple_async.nodeproc import group_processes
-from maple_async.simulator import Simulators
+from maple_async.simulator import Simulators, SimulatorError
 from maple_async.simulator.pipes import SimProcess as _Process
 
 # Says ready (simhub.js's R record), then never reads its stdin: deaf to the end of it.
@@ -66,5 +68,33 @@ async def test_a_hung_simulator_process_does_not_hold_up_the_close(tmp_path, mon
         await sims.close()
         assert time.monotonic() - t0 < 2.0  # the graceful wait is 5 s; there is nothing to keep
         assert proc.exited and proc.returncode == -9 and proc.transport.is_closing()
+    finally:
+        await _gone(proc)
+
+
+@pytest.mark.parametrize("script,why", [("echo boom >&2; exit 3\n", r"did not start: .*code 3.*boom"),
+                                        ("exec sleep 600\n", r"did not start within 1s")])
+async def test_a_failed_start_closes_its_transport(tmp_path, monkeypatch, script, why):
+    sims = _sims(tmp_path, monkeypatch, script, start_timeout_s=1.0)
+    try:
+        with pytest.raises(SimulatorError, match=why):
+            await sims._spawn(0)
+        proc = sims.procs[0]
+        assert proc.exited and group_processes(proc.pgid) == []
+        assert proc.transport.is_closing()
+    finally:
+        await _gone(sims.procs[0])
+        await sims.close()
+
+
+async def test_a_process_started_as_the_close_came_is_killed_and_its_transport_closed(tmp_path, monkeypatch):
+    sims = _sims(tmp_path, monkeypatch, HUNG)
+    sims.closed = True  # close() came while the spawn was under way
+    proc = await sims._spawn(0)
+    try:
+        await asyncio.wait([proc.gone], timeout=5)
+        assert proc.exited and group_processes(proc.pgid) == []
+        await asyncio.sleep(0)
+        assert proc.transport.is_closing()
     finally:
         await _gone(proc)

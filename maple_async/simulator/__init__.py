@@ -139,7 +139,7 @@ class Simulators:
         self.procs[i] = proc
         await proc.spawn(self._node, str(HUB_JS), str(self._pkg), log=self._log_file)
         if self.closed:  # closed while it was being started
-            proc.kill()
+            proc.discard()  # killed; its transport closed once the exit is reaped
             return proc
         self.pgids.append(proc.pgid)
         await proc.wait_ready(self.start_timeout_s)
