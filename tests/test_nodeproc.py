@@ -7,6 +7,7 @@ import pytest
 
 from maple_async.nodeproc import (NodeProcess, NodeProcessError, RestartBudget, exit_line,
                                   group_processes)
+from closed_start import ended, given_up
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 
@@ -88,20 +89,9 @@ async def test_a_close_during_the_spawn_kills_the_child_and_fails_its_start_with
     assert proc.transport is None
     try:
         await proc.close(timeout=5)
-        await asyncio.wait([start], timeout=30)
-        # The start fails as a start that did not happen, not as a cancel nobody asked for.
-        assert start.done() and not start.cancelled()
-        with pytest.raises(NodeProcessError, match="cat was closed"):
-            start.result()
-        await asyncio.wait_for(proc.gone, 30)
-        assert group_processes(proc.pgid) == []
+        await given_up(start, proc, NodeProcessError, "cat was closed")
     finally:
-        proc.kill()
-        start.cancel()
-        await asyncio.gather(start, return_exceptions=True)
-        if proc.transport is not None:
-            await asyncio.wait([proc.gone], timeout=30)
-            proc.transport.close()
+        await ended(start, proc)
 
 
 @needs_node

@@ -13,9 +13,9 @@ import signal
 import numpy as np
 import pytest
 
-from maple_async.nodeproc import group_processes
 from maple_async.search import choice
 from maple_async.search.leaves import LeafHub, LeafHubDied, LeafHubError, LeafRequestError
+from closed_start import ended, given_up
 
 pytestmark = [
     pytest.mark.integration,
@@ -632,17 +632,9 @@ async def test_a_close_during_the_start_ends_the_process_and_fails_the_start_wit
     proc = hub.proc
     try:
         await hub.close()
-        await asyncio.wait([start], timeout=60)
-        assert start.done() and not start.cancelled()
-        with pytest.raises(LeafHubError, match="leafhub.js was closed"):
-            start.result()
-        await asyncio.wait_for(proc.gone, 30)
-        assert group_processes(proc.pgid) == []
+        await given_up(start, proc, LeafHubError, "leafhub.js was closed")
     finally:
-        proc.kill()
-        start.cancel()
-        await asyncio.gather(start, return_exceptions=True)
-        await proc.close()
+        await ended(start, proc)
         await hub.close()
 
 
