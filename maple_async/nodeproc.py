@@ -8,9 +8,10 @@ child on pipes, driven by the event loop: its first stdout record says it is rea
 a start timeout), its later records go to :meth:`NodeProcess.received` a read at a time,
 its error output is kept (the last lines, or a log file), :meth:`NodeProcess.why` tells
 its exit in one line, and :meth:`NodeProcess.close` ends its stdin, waits, then kills its
-group. :class:`RestartBudget` bounds restarts within a window. :func:`kill_group` and the
-``/proc`` readers (:func:`group_processes`, :func:`group_cpu_s`) serve any process group,
-a server started by another command included.
+group (one that never said ready, or whose close is cancelled, is killed at once).
+:class:`RestartBudget` bounds restarts within a window. :func:`kill_group` and the ``/proc``
+readers (:func:`group_processes`, :func:`group_cpu_s`) serve any process group, a server
+started by another command included.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class NodeProcess(asyncio.SubprocessProtocol):
         self.drained = loop.create_future()  # exited, and every pipe read to its end
         self.started = False  # said ready
         self.exited = False
+        self.closed = False  # close() was called: a start under way is given up
+        self._spawning: Optional[asyncio.Future] = None  # done once spawn() returned or failed
         self.last_heard = time.monotonic()  # its last stdout
         self.tail: collections.deque = collections.deque(maxlen=tail_lines)
         self._partial: list[bytes] = []  # the start of a record whose end has not come
@@ -109,24 +112,38 @@ class NodeProcess(asyncio.SubprocessProtocol):
     async def spawn(self, *argv: str, log=None) -> None:
         """Start ``argv`` with stdin and stdout on pipes; its error output goes to ``log`` (an
         open file) or, without one, to :attr:`tail`."""
+        if self.closed:
+            raise self.error(f"{self.name} was closed before it started")
         self.log_path = getattr(log, "name", None)
-        await asyncio.get_running_loop().subprocess_exec(
-            lambda: self, *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=log if log is not None else asyncio.subprocess.PIPE, **own_group())
+        loop = asyncio.get_running_loop()
+        self._spawning = loop.create_future()
+        try:
+            await loop.subprocess_exec(
+                lambda: self, *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=log if log is not None else asyncio.subprocess.PIPE, **own_group())
+        finally:
+            self._spawning.set_result(None)
+        if self.closed:  # closed while its child was being created: close() saw no child
+            self.discard()
+            raise self.error(f"{self.name} was closed while it started")
 
     async def wait_ready(self, timeout: float) -> None:
-        """Wait for the ready record; :attr:`error` when the child exits first, or when it
-        does not come within ``timeout`` seconds (the child is killed)."""
+        """Wait for the ready record; :attr:`error` when the child exits first, when it is
+        closed meanwhile, or when the record does not come within ``timeout`` seconds (the
+        child is killed). A failed start leaves no transport open."""
         await asyncio.wait([self.ready, self.gone], timeout=timeout,
                            return_when=asyncio.FIRST_COMPLETED)
         if self.started:
             return
-        if self.ready.cancelled():  # closed meanwhile
-            raise asyncio.CancelledError
+        if self.ready.cancelled():  # closed meanwhile (close() ends the child)
+            raise self.error(f"{self.name} was closed before it was ready")
         if self.exited:
-            raise self.error(f"{self.name} did not start: {await self.exit_reason()}")
+            why = await self.exit_reason()
+            self.discard()  # its transport is closed: nothing is left of it
+            raise self.error(f"{self.name} did not start: {why}")
         self.ready.cancel()
-        self.kill()
+        self.discard()
+        await asyncio.wait([self.gone], timeout=CLOSE_TIMEOUT_S)  # gone before it is given up
         where = f"; log {self.log_path}" if self.log_path is not None else ""
         raise self.error(f"{self.name} did not start within {timeout:.0f}s{where}") from None
 
@@ -239,19 +256,41 @@ class NodeProcess(asyncio.SubprocessProtocol):
         if self.pgid is not None and self.pgid > 0 and not self.exited:
             kill_group(self.pgid)
 
+    def discard(self) -> None:
+        """Kill its group and close its transport once the exit is reaped, waiting for nothing
+        (closed before the reaping, the transport would reap it behind the child watcher's back)."""
+        self.kill()
+        transport = self.transport
+        if transport is None:
+            return
+        if self.exited:
+            transport.close()
+        else:
+            self.gone.add_done_callback(lambda _: transport.close())
+
     async def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """End its stdin (the child exits when it ends), wait up to ``timeout`` seconds for
-        the exit, then kill its group; nobody waits for its start any more. Idempotent."""
+        the exit, then kill its group; nobody waits for its start any more. A child that has
+        not said ready (its start may be under way) holds nothing: it is killed at once, and
+        so is one whose close is cancelled. Idempotent."""
+        self.closed = True
         if not self.ready.done():
             self.ready.cancel()
-        if self.transport is None:
-            return
-        if not self.exited:
-            self.stdin.close()  # what it was sent is written first
-            await asyncio.wait([self.gone], timeout=timeout)
+        try:
+            if self._spawning is not None and not self._spawning.done():
+                await asyncio.wait([self._spawning])  # its child is killed there
+            if self.transport is None:
+                return
             if not self.exited:
-                self.kill()
-                await asyncio.wait([self.gone], timeout=timeout)
+                if self.started:
+                    self.stdin.close()  # what it was sent is written first
+                    await asyncio.wait([self.gone], timeout=timeout)
+                if not self.exited:
+                    self.kill()
+                    await asyncio.wait([self.gone], timeout=timeout)
+        except BaseException:  # cancelled: ended without waiting
+            self.discard()
+            raise
         self.transport.close()
 
 

@@ -5,7 +5,9 @@ import shutil
 
 import pytest
 
-from maple_async.nodeproc import NodeProcess, NodeProcessError, RestartBudget, exit_line
+from maple_async.nodeproc import (NodeProcess, NodeProcessError, RestartBudget, exit_line,
+                                  group_processes)
+from closed_start import ended, given_up
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
 
@@ -78,3 +80,33 @@ async def test_a_child_that_never_says_ready_is_killed_at_the_start_timeout():
     await asyncio.wait_for(proc.gone, 30)
     assert proc.returncode == -9
     await proc.close()
+
+
+async def test_a_close_during_the_spawn_kills_the_child_and_fails_its_start_without_a_cancel():
+    proc = NodeProcess("cat")
+    start = asyncio.ensure_future(proc.start("cat", timeout=60))
+    await asyncio.sleep(0)  # the child is being created: no pipes yet
+    assert proc.transport is None
+    try:
+        await proc.close(timeout=5)
+        await given_up(start, proc, NodeProcessError, "cat was closed")
+    finally:
+        await ended(start, proc)
+
+
+@needs_node
+async def test_a_cancelled_close_kills_the_child():
+    proc = await NodeProcess("deaf.js").start("node", "-e", READY + "setInterval(() => {}, 1000);",
+                                              timeout=60)
+    closing = asyncio.ensure_future(proc.close(timeout=30))
+    await asyncio.sleep(0.1)
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+    try:
+        await asyncio.wait([proc.gone], timeout=10)
+        assert proc.returncode == -9 and group_processes(proc.pgid) == []
+        await asyncio.sleep(0)
+        assert proc.transport.is_closing()
+    finally:
+        proc.kill()
+        await proc.close(timeout=1)

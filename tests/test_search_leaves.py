@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from maple_async.search import choice
-from maple_async.search.leaves import LeafHub, LeafHubDied, LeafRequestError
+from maple_async.search.leaves import LeafHub, LeafHubDied, LeafHubError, LeafRequestError
+from closed_start import ended, given_up
 
 pytestmark = [
     pytest.mark.integration,
@@ -597,3 +598,55 @@ async def test_slow_start_keeps_the_turns_left_the_state_names():
             (leaf,) = await hub.leaves(f"ss{left}", [(0, "move 4", "move 2", SEEDS[0])])
             assert leaf.error is None, leaf.error
             assert ("|-end|p1a: Regigigas|Slow Start" in leaf.lines) is ends, (left, leaf.lines)
+
+
+async def _spawning(hub: LeafHub) -> asyncio.Task:
+    """``hub.start()`` under way, caught while its process is being created (no pipes yet)."""
+    task = asyncio.ensure_future(hub.start())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while hub.proc is None and not task.done() and loop.time() < deadline:
+        await asyncio.sleep(0)
+    assert hub.proc is not None and hub.proc.transport is None, "the start was not caught mid-spawn"
+    return task
+
+
+async def test_a_request_while_the_process_is_being_created_says_it_is_not_running():
+    # Another decision's start is under way: this one must not find a process without pipes.
+    hub = LeafHub()
+    start = await _spawning(hub)
+    try:
+        with pytest.raises(LeafHubDied, match="not running"):
+            await hub.ping()
+        await start
+        await hub.ping()
+    finally:
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        await hub.close()
+
+
+async def test_a_close_during_the_start_ends_the_process_and_fails_the_start_without_a_cancel():
+    hub = LeafHub()
+    start = await _spawning(hub)
+    proc = hub.proc
+    try:
+        await hub.close()
+        await given_up(start, proc, LeafHubError, "leafhub.js was closed")
+    finally:
+        await ended(start, proc)
+        await hub.close()
+
+
+async def test_a_request_cancelled_while_the_pipe_is_full_leaves_nothing_pending():
+    async with LeafHub() as hub:
+        hub.proc.pause_writing()  # as asyncio does when the pipe holds past its high-water mark
+        ping = asyncio.ensure_future(hub.ping())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not ping.done()  # waiting for the pipe to drain
+        ping.cancel()
+        await asyncio.gather(ping, return_exceptions=True)
+        assert hub._pending == {}
+        hub.proc.resume_writing()
+        await hub.ping()

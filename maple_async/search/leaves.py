@@ -108,7 +108,10 @@ class LeafHub:
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and not self.proc.exited and self._exit is None
+        """Its process said ready and has not exited (one being started is not yet alive:
+        it has no pipes to write to until its start returns)."""
+        proc = self.proc
+        return proc is not None and proc.started and not proc.exited and self._exit is None
 
     async def start(self) -> "LeafHub":
         """Start the process (again, after it died: built decisions are not carried over)."""
@@ -203,10 +206,10 @@ class LeafHub:
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (message["op"], fut)
-        # A pipe whose process died drops what it is given: the exit fails every waiting request.
-        self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
-        await self.proc.drain()
-        try:
+        try:  # its entry goes however it ends: cancelled while the pipe drains included
+            # A pipe whose process died drops what it is given: the exit fails every waiting request.
+            self.proc.stdin.write(json.dumps({"id": rid, **message}).encode() + b"\n")
+            await self.proc.drain()
             reply = await fut
         finally:
             self._pending.pop(rid, None)

@@ -139,7 +139,7 @@ class Simulators:
         self.procs[i] = proc
         await proc.spawn(self._node, str(HUB_JS), str(self._pkg), log=self._log_file)
         if self.closed:  # closed while it was being started
-            proc.kill()
+            proc.discard()  # killed; its transport closed once the exit is reaped
             return proc
         self.pgids.append(proc.pgid)
         await proc.wait_ready(self.start_timeout_s)
@@ -228,6 +228,9 @@ class Simulators:
         for p in procs:
             for b in list(p.battles.values()):
                 self.router.abandon(b)
+            # Killed before the first await: their battles are abandoned, nothing they hold is
+            # worth a graceful exit, and a close cancelled from here on leaves none running.
+            p.discard()
         await asyncio.gather(*(p.close() for p in procs))  # a restart under way: given up
         self.procs = []
         self._exiting.clear()
