@@ -9,7 +9,7 @@
 //             "request": "move" | "switch" | "wait" | "", "pokemonLeft", "teraUsed",
 //             "pokemon": [MON in the request's order], "conditions": {id: STATE},
 //             "slot": {id: STATE} (the active slot's conditions: Wish, Future Sight)}
-// MON      = {"species", "baseSpecies", "level", "gender", "types", "addedType", "baseTypes", "hp", "maxhp",
+// MON      = {"name", "species", "baseSpecies", "level", "gender", "types", "addedType", "baseTypes", "hp", "maxhp",
 //             "fainted", "stats": {atk, def, spa, spd, spe}, "ability", "baseAbility", "item",
 //             "nature", "evs", "ivs", "moves": [{"id", "pp", "maxpp", "disabled"}], "hpType",
 //             "hpPower", "status", "statusState": STATE, "boosts", "volatiles": {id: STATE},
@@ -50,6 +50,7 @@ function states(battle, bag) {
 
 function mon(battle, p) {
   return {
+    name: p.name,
     species: p.species.id,
     baseSpecies: p.baseSpecies.id,
     level: p.level,
@@ -91,11 +92,12 @@ function requestKind(side) {
   return 'move';
 }
 
-// What a leaf's turn left, per side: base species -> [hp, maxhp, fainted] (the agreement
-// check's; by base species, as a forme changes: Mimikyu's Disguise, Aegislash, Morpeko, a Mega).
+// What a leaf's turn left, per side: name -> [hp, maxhp, fainted] (the agreement check's; by
+// name, which no forme change touches: a species or even a base species changes (Mimikyu's
+// Disguise, Eiscue's Ice Face, a Mega)).
 function brief(battle) {
   return battle.sides.map((side) => Object.fromEntries(
-    side.pokemon.map((p) => [p.baseSpecies.id, [p.hp, p.maxhp, !!p.fainted]])));
+    side.pokemon.map((p) => [p.name, [p.hp, p.maxhp, !!p.fainted]])));
 }
 
 function describe(battle) {

@@ -76,9 +76,9 @@ def active_of(snap_side: dict) -> dict:
 
 def showdown_outcome(before: dict, afters: list[dict]) -> Outcome:
     """``before``: the active's snapshot at the start; ``afters``: each seed's brief of its side
-    (base species -> [hp, maxhp, fainted]: a forme change keeps its key)."""
+    (name -> [hp, maxhp, fainted]: a forme change keeps its key)."""
     sp = before["species"]
-    key = before.get("baseSpecies", sp)
+    key = before["name"]
     hps, kos = [], []
     for after in afters:
         hp, maxhp, fainted = after[key]
