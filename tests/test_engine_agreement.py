@@ -133,3 +133,18 @@ async def test_a_permanent_forme_change_is_followed_in_showdowns_outcome():
     assert afters
     out = ag.showdown_outcome(before, afters)
     assert out.ko == 0.0 and out.hp < 0  # Belly Drum's half; the body slam broke the ice face
+
+
+def test_showdown_against_itself_is_reported_beside_the_agreement():
+    """The measurement's floor: how often Showdown's two halves of seeds agree (at twice the
+    tolerances, as each half strays twice as far) is printed beside the engine's agreement."""
+    o = ag.Outcome
+    assert ag.within([o("a", -0.30, 0.0)], [o("a", -0.25, 0.0)], scale=2.0)
+    assert not ag.within([o("a", -0.30, 0.0)], [o("a", -0.25, 0.0)])
+    rows = [ag.Compared("gen4randombattle", i, "move 1", "move 1", [o("a", 0, 0)], [o("a", d, 0)],
+                        halves_agree=h) for i, (d, h) in enumerate([(0, True), (0.1, True), (0, False), (0, True)])]
+    (line,) = ag.summary_lines(rows)
+    assert line.startswith("gen4randombattle: 3/4 joint choices agree (75.0%) over 4 positions")
+    assert "Showdown against itself at these seeds (its halves): 75.0%" in line
+    old = ag.Compared.from_json({k: v for k, v in rows[0].to_json().items() if k != "halves_agree"})
+    assert old.halves_agree is None  # a corpus recorded before still loads
