@@ -13,6 +13,7 @@
 //             "fainted", "stats": {atk, def, spa, spd, spe}, "ability", "baseAbility", "item",
 //             "nature", "evs", "ivs", "moves": [{"id", "pp", "maxpp", "disabled"}], "hpType",
 //             "hpPower", "status", "statusState": STATE, "boosts", "volatiles": {id: STATE},
+//             "abilityState": STATE,
 //             "teraType", "terastallized", "weightkg", "activeTurns", "lastMove", "active"}
 // FIELD    = {"weather", "weatherDuration", "terrain", "terrainDuration",
 //             "pseudoWeather": {id: STATE}}
@@ -75,6 +76,7 @@ function mon(battle, p) {
     statusState: plain(battle, p.statusState),
     boosts: {...p.boosts},
     volatiles: states(battle, p.volatiles),
+    abilityState: plain(battle, p.abilityState),  // Slow Start's turns left ("counter")
     teraType: p.teraType || '',
     terastallized: p.terastallized || '',
     weightkg: p.weighthg / 10,
