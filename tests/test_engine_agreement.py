@@ -80,10 +80,11 @@ def test_the_engine_replays_the_corpus_as_recorded_and_agrees_with_showdown(engi
 
 
 def test_a_forme_change_is_followed_both_ways():
-    """Mimikyu's Disguise breaks in the turn: Showdown's brief keys it by base species, the
+    """Mimikyu's Disguise breaks in the turn: Showdown's brief keys it by its name, the
     engine keeps it at its index under a new name; both count its HP and its faint."""
-    before = {"species": "mimikyu", "baseSpecies": "mimikyu", "hp": 100, "maxhp": 200, "fainted": False}
-    sd = ag.showdown_outcome(before, [{"mimikyu": [75, 200, False]}, {"mimikyu": [0, 200, True]}])
+    before = {"name": "Mimikyu", "species": "mimikyu", "baseSpecies": "mimikyu", "hp": 100, "maxhp": 200,
+              "fainted": False}
+    sd = ag.showdown_outcome(before, [{"Mimikyu": [75, 200, False]}, {"Mimikyu": [0, 200, True]}])
     assert sd.hp == pytest.approx((-25 - 100) / 200 / 2) and sd.ko == 0.5
     outcomes = [(50.0, {"side_one": {"pokemon": [{"id": "MIMIKYUBUSTED", "hp": 75}]}}),
                 (50.0, {"side_one": {"pokemon": [{"id": "MIMIKYUBUSTED", "hp": 0}]}})]
@@ -109,3 +110,41 @@ async def test_a_position_the_engine_fails_is_counted_and_the_others_compared(mo
     rows, corpus_, refused = await ag.compare(positions, pairs=2, seeds=4, seed=1)
     assert refused == {"engine died": 1}
     assert rows and {r.position for r in rows} == {1} and len(corpus_) == 1
+
+
+@pytest.mark.integration
+async def test_a_permanent_forme_change_is_followed_in_showdowns_outcome():
+    """Eiscue's Ice Face breaks under a physical hit: Showdown changes its base species for good
+    (Eiscue-Noice), and the turn's outcome still finds it (by its name, which no forme changes)."""
+    from maple_async.search.leaves import LeafHub
+    evs = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
+    ours = [{"species": "Eiscue", "name": "Eiscue", "level": 80, "ability": "Ice Face", "item": "Leftovers",
+             "moves": ["Belly Drum"], "evs": evs}]
+    theirs = [{"species": "Snorlax", "name": "Snorlax", "level": 80, "ability": "Thick Fat", "item": "Leftovers",
+               "moves": ["Body Slam"], "evs": evs}]
+    state = {"seed": [1, 2, 3, 4], "turn": 1, "p1": {"name": "us", "team": ours}, "p2": {"name": "them", "team": theirs}}
+    async with LeafHub() as hub:
+        built = await hub.build("eiscue", "gen9randombattle", [state], us="p1", describe=True)
+        leaves = await hub.leaves("eiscue", [(0, "move 1", "move 1", [i, 2, 3, 4]) for i in range(4)], brief=True)
+        await hub.drop("eiscue")
+    snap = built[0].snapshot
+    before = ag.active_of(snap["sides"][0])
+    afters = [leaf.brief[0] for leaf in leaves if leaf.error is None]
+    assert afters
+    out = ag.showdown_outcome(before, afters)
+    assert out.ko == 0.0 and out.hp < 0  # Belly Drum's half; the body slam broke the ice face
+
+
+def test_showdown_against_itself_is_reported_beside_the_agreement():
+    """The measurement's floor: how often Showdown's two halves of seeds agree (at twice the
+    tolerances, as each half strays twice as far) is printed beside the engine's agreement."""
+    o = ag.Outcome
+    assert ag.within([o("a", -0.30, 0.0)], [o("a", -0.25, 0.0)], scale=2.0)
+    assert not ag.within([o("a", -0.30, 0.0)], [o("a", -0.25, 0.0)])
+    rows = [ag.Compared("gen4randombattle", i, "move 1", "move 1", [o("a", 0, 0)], [o("a", d, 0)],
+                        halves_agree=h) for i, (d, h) in enumerate([(0, True), (0.1, True), (0, False), (0, True)])]
+    (line,) = ag.summary_lines(rows)
+    assert line.startswith("gen4randombattle: 3/4 joint choices agree (75.0%) over 4 positions")
+    assert "Showdown against itself at these seeds (its halves): 75.0%" in line
+    old = ag.Compared.from_json({k: v for k, v in rows[0].to_json().items() if k != "halves_agree"})
+    assert old.halves_agree is None  # a corpus recorded before still loads

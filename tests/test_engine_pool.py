@@ -124,3 +124,20 @@ async def test_past_its_restart_budget_the_pool_gives_up_naming_the_last_error(g
             await asyncio.sleep(0.1)
         with pytest.raises(EngineDied, match="no start for you"):
             await pool.request({"op": "ping"}, 1.0)
+
+
+def test_an_answer_larger_than_a_pipe_arrives_whole_under_uvloop(gen4):
+    """uvloop makes a watched file descriptor non-blocking: an answer longer than the pipe's
+    buffer (a gen 1 turn's outcomes) arrives in parts, and reading it must wait for the rest,
+    not take the pause for the worker's exit."""
+    import uvloop
+    names = [f"notamove{i:05d}" for i in range(20000)]  # every one unknown: ~300 kB of answer
+
+    async def ask():
+        async with EnginePool(4, workers=1) as pool:
+            r = await pool.request({"op": "names", "kind": "move", "names": names}, 30.0)
+            again = await pool.request({"op": "ping"}, 5.0)
+            return r, again, pool.restarts
+
+    r, again, restarts = uvloop.run(ask())
+    assert r["unknown"] == names and again["ok"] and restarts == 0

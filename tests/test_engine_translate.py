@@ -198,7 +198,8 @@ ENGINE_CASES = {
     "lockedmove": (_active(volatiles={"lockedmove": {"move": "rest", "trueDuration": 1}}),
                    {"vol": "LOCKEDMOVE", "dur": ("lockedmove", 2)}),
     "choicelock": (_active(volatiles={"choicelock": {"move": "rest"}}), {"disabled": [True, False]}),
-    "slowstart": (_active(volatiles={"slowstart": {"duration": 3}}), {"vol": "SLOWSTART", "dur": ("slowstart", 3)}),
+    "slowstart": (_active(ability="slowstart", abilityState={"counter": 3}, activeTurns=2),
+                  {"vol": "SLOWSTART", "dur": ("slowstart", 3)}),
     "supremeoverlord": (_active(), {}),  # the engine counts the fainted allies itself
     "slp": (_active(status="slp", statusState={"time": 1, "startTime": 3}), {"sleep_turns": 2}),
     "tox": (_active(status="tox", statusState={"stage": 2}), {"cond": ("toxic_count", 2)}),
@@ -349,3 +350,22 @@ async def test_rests_sleep_reaches_the_engine_from_the_belief_through_the_built_
     assert snap["sides"][0]["pokemon"][0]["statusState"]["rest"] is True
     a = tr.translate(snap, "p1").spec["side_one"]["pokemon"][0]
     assert (a["status"], a["rest_turns"], a["sleep_turns"]) == ("sleep", 2, 0)
+
+
+@pytest.mark.integration
+async def test_slow_starts_turns_reach_the_engine_from_a_built_battle():
+    """Showdown keeps Slow Start in the ability's own state (its counter), not as a volatile: a
+    built Regigigas still under it is the engine's SLOWSTART with the turns left."""
+    from maple_async.search.leaves import LeafHub
+    evs = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
+    team = [{"species": "Regigigas", "name": "Regigigas", "level": 80, "ability": "Slow Start",
+             "item": "Leftovers", "moves": ["Return"], "evs": evs}]
+    foe = [{"species": "Blissey", "name": "Blissey", "level": 80, "ability": "Natural Cure", "item": "Leftovers",
+            "moves": ["Seismic Toss"], "evs": evs}]
+    state = {"seed": [1, 2, 3, 4], "turn": 1, "p1": {"name": "us", "team": team}, "p2": {"name": "them", "team": foe}}
+    async with LeafHub() as hub:
+        built = await hub.build("slowstart", "gen4randombattle", [state], us="p1", describe=True)
+        await hub.drop("slowstart")
+    side = tr.translate(built[0].snapshot, "p1").spec["side_one"]
+    assert "SLOWSTART" in side["volatile_statuses"]
+    assert side["volatile_status_durations"]["slowstart"] == 5  # a fresh start: Showdown's counter, 5

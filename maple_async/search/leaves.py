@@ -81,7 +81,7 @@ class Leaf:
     error: Optional[str] = None
     kept: Optional[int] = None  # asked to keep it (a live leaf): its number for :meth:`LeafHub.next`
     fallback: Optional[str] = None  # a later turn: why our choice was refused (our strongest attack played)
-    brief: Optional[list] = None  # asked for it: per side, species -> [hp, maxhp, fainted] after the turn
+    brief: Optional[list] = None  # asked for it: per side, name -> [hp, maxhp, fainted] after the turn
 
 
 class LeafHub:

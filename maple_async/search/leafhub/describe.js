@@ -9,10 +9,11 @@
 //             "request": "move" | "switch" | "wait" | "", "pokemonLeft", "teraUsed",
 //             "pokemon": [MON in the request's order], "conditions": {id: STATE},
 //             "slot": {id: STATE} (the active slot's conditions: Wish, Future Sight)}
-// MON      = {"species", "baseSpecies", "level", "gender", "types", "addedType", "baseTypes", "hp", "maxhp",
+// MON      = {"name", "species", "baseSpecies", "level", "gender", "types", "addedType", "baseTypes", "hp", "maxhp",
 //             "fainted", "stats": {atk, def, spa, spd, spe}, "ability", "baseAbility", "item",
 //             "nature", "evs", "ivs", "moves": [{"id", "pp", "maxpp", "disabled"}], "hpType",
 //             "hpPower", "status", "statusState": STATE, "boosts", "volatiles": {id: STATE},
+//             "abilityState": STATE,
 //             "teraType", "terastallized", "weightkg", "activeTurns", "lastMove", "active"}
 // FIELD    = {"weather", "weatherDuration", "terrain", "terrainDuration",
 //             "pseudoWeather": {id: STATE}}
@@ -50,6 +51,7 @@ function states(battle, bag) {
 
 function mon(battle, p) {
   return {
+    name: p.name,
     species: p.species.id,
     baseSpecies: p.baseSpecies.id,
     level: p.level,
@@ -74,6 +76,7 @@ function mon(battle, p) {
     statusState: plain(battle, p.statusState),
     boosts: {...p.boosts},
     volatiles: states(battle, p.volatiles),
+    abilityState: plain(battle, p.abilityState),  // Slow Start's turns left ("counter")
     teraType: p.teraType || '',
     terastallized: p.terastallized || '',
     weightkg: p.weighthg / 10,
@@ -91,11 +94,12 @@ function requestKind(side) {
   return 'move';
 }
 
-// What a leaf's turn left, per side: base species -> [hp, maxhp, fainted] (the agreement
-// check's; by base species, as a forme changes: Mimikyu's Disguise, Aegislash, Morpeko, a Mega).
+// What a leaf's turn left, per side: name -> [hp, maxhp, fainted] (the agreement check's; by
+// name, which no forme change touches: a species or even a base species changes (Mimikyu's
+// Disguise, Eiscue's Ice Face, a Mega)).
 function brief(battle) {
   return battle.sides.map((side) => Object.fromEntries(
-    side.pokemon.map((p) => [p.baseSpecies.id, [p.hp, p.maxhp, !!p.fainted]])));
+    side.pokemon.map((p) => [p.name, [p.hp, p.maxhp, !!p.fainted]])));
 }
 
 function describe(battle) {

@@ -113,6 +113,10 @@ class EnginePool:
                                      name=f"maple-engine-gen{self.gen}-{w.index}")
         w.ready = loop.create_future()
         loop.add_reader(w.conn.fileno(), self._readable, w)
+        # uvloop makes a watched descriptor non-blocking, and a Connection then fails on a message
+        # larger than the socket's buffer (a gen 1 turn's outcomes) as on a closed pipe: blocking,
+        # a read that the loop saw begin waits for the message's end.
+        os.set_blocking(w.conn.fileno(), True)
         try:
             await asyncio.wait_for(asyncio.shield(w.ready), START_TIMEOUT_S)
         except asyncio.TimeoutError:

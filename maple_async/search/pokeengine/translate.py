@@ -326,6 +326,12 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
             _stall(side, state, active, ea, gen)
         else:
             carry(side, state, active, ea)
+    counter = int((active.get("abilityState") or {}).get("counter", 0))
+    if active.get("ability") == "slowstart" and counter > 0 and "slowstart" not in (active.get("volatiles") or {}):
+        # Showdown keeps Slow Start in the ability's state; the engine as a volatile with its own
+        # count, one more than Showdown's on the turn it came in (Showdown's first end of turn
+        # does not count down, the engine's does)
+        _duration("slowstart")(side, {"duration": counter + (0 if active.get("activeTurns") else 1)}, active, ea)
     if tuple(ea["types"]) != tuple(ea["base_types"]) and gen >= 3:  # gens 1-2 keep no such mark
         side.volatiles.add("TYPECHANGE")
     boosts = active.get("boosts") or {}
