@@ -256,7 +256,7 @@ class SearchConfig:
                                     "turns' model, played in every state's table); 0: the worst reply alone",
                                ge=0, le=1)
     # At 0.5 the search's own max-min pick is never overruled; the prior breaks its ties.
-    prior_weight: float = key(0.5, "weight of the network's probabilities in the choice: "
+    prior_weight: float = key(0.1, "weight of the network's probabilities in the choice: "
                                    "(1 - w) search + w policy", ge=0, le=1)
     q_scale: float = key(0.0, "> 0: the choice is the policy's probabilities times exp(q_scale x each of our "
                                "choices' score under the rule), its argmax (prior_weight then unused; rule "
