@@ -255,7 +255,8 @@ class SearchConfig:
                                     "reply + w x the opponent's strongest attack on our active (the later "
                                     "turns' model, played in every state's table); 0: the worst reply alone",
                                ge=0, le=1)
-    # At 0.5 the search's own max-min pick is never overruled; the prior breaks its ties.
+    # On Showdown's simulator max-min's pick is one choice, so at 0.5 or less the prior only
+    # breaks its ties; poke-engine's visit shares are mixed, and 0.1 measured best there.
     prior_weight: float = key(0.1, "weight of the network's probabilities in the choice: "
                                    "(1 - w) search + w policy", ge=0, le=1)
     q_scale: float = key(0.0, "> 0: the choice is the policy's probabilities times exp(q_scale x each of our "
@@ -263,7 +264,8 @@ class SearchConfig:
                                "maxmin or expected); 0: the rule's pick mixed by prior_weight", ge=0)
     budget_ms: float = key(300.0, "compute per searched decision (the leaf process's and the leaf values'), "
                                   "kept on average by the costs measured so far: the opponent's replies "
-                                  "shrink first (to 3), then the states, then the replies to 1; 0: no bound",
+                                  "shrink first (to 3), then the states, then the replies to 1; 0: no bound; "
+                                  "poke-engine: each state's share of it (0: 100 ms), unless search.iterations",
                            ge=0)
 
     def __post_init__(self):

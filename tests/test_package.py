@@ -86,3 +86,15 @@ def test_a_wheel_installed_in_a_fresh_venv_plays_from_another_folder(tmp_path):
     assert play.returncode == 0, play.stdout[-3000:] + play.stderr[-3000:]
     assert "simulator (" in play.stdout, play.stdout[-3000:]  # the default transport: the packaged simhub.js
     assert str(ROOT) not in play.stdout + play.stderr
+
+
+def test_the_version_is_one_in_the_package_the_changelog_and_the_citation():
+    """A release states its version once in code; the changelog's newest heading and the
+    citation say the same (a wheel built before the bump would reuse a released number)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    heading = next(line for line in (root / "CHANGELOG.md").read_text().splitlines() if line.startswith("## "))
+    assert re.match(rf"## {re.escape(maple_async.__version__)} \(\d{{4}}-\d\d-\d\d\)$", heading), heading
+    citation = (root / "CITATION.cff").read_text()
+    assert f"\nversion: {maple_async.__version__}\n" in citation
