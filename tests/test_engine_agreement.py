@@ -1,5 +1,5 @@
 """poke-engine against Showdown on a fixed corpus of positions from real battles (gens 1, 4 and
-9 random battles, gen 9 OU): each position's snapshot, the joint choices drawn for it and
+9 random battles): each position's snapshot, the joint choices drawn for it and
 Showdown's outcome of each over many seeds, recorded by ``maple-async engine agree --corpus``.
 
 No Showdown runs here: the engine replays every joint choice of the translated snapshot, and
@@ -23,9 +23,9 @@ from maple_async.search.pokeengine.pool import EnginePool
 from maple_async.search.pokeengine.translate import translate
 
 CORPUS = Path(__file__).parent / "data" / "engine_agreement.json.gz"
-# The share of this corpus's joint choices that agree, per generation, as docs/search.md reports
-# it (a floor: the engine's outcomes must not drift away from Showdown's). The corpus: the first
-# 30 positions per format of the agreement docs/search.md reports (60 seeds, 4 pairs each).
+# The share of this corpus's own joint choices that agree, per generation (a floor: the engine's
+# outcomes must not drift away from Showdown's). The corpus: the first 30 positions per format of
+# the agreement docs/search.md reports (60 seeds, 4 joint choices each).
 FLOOR = {1: 0.96, 4: 0.99, 9: 0.91}
 
 
