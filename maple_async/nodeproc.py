@@ -312,6 +312,22 @@ class RestartBudget:
             self.times.popleft()
         return len(self.times) <= self.limit
 
+    async def start_again(self, start: Callable, closed: Callable[[], bool],
+                          failed: Callable[[Exception], None]) -> bool:
+        """Await ``start()`` until it returns, while ``closed()`` is false, each try spending one
+        restart: True once started; False when closed or past the budget (:meth:`exhausted` says
+        why). A start that raises is :attr:`last_error`, told to ``failed``, and tried again."""
+        while not closed():
+            if not self.spend():
+                return False
+            try:
+                await start()
+                return True
+            except Exception as e:  # noqa: BLE001 - counted, then tried again
+                self.last_error = str(e)
+                failed(e)
+        return False
+
     def exhausted(self, what: str) -> str:
         """Giving up, in words: how often ``what`` exited within the window, and the last error."""
         last = f"; the last: {self.last_error}" if self.last_error else ""

@@ -189,17 +189,14 @@ class Simulators:
 
     async def _restart(self, i: int) -> None:
         """Start process ``i`` again; a start that fails counts as another exit."""
-        while not self.closed:
-            if not self._budget.spend():
-                self._failed = SimulatorError(self._budget.exhausted("simulator processes"))
-                break
+        async def again() -> None:
             self.restarts += 1
-            try:
-                await self._spawn(i)
-                break
-            except Exception as e:  # noqa: BLE001 - counted, then tried again
-                self._budget.last_error = str(e)
-                log.warning("simulator process %d did not restart: %s", i, e)
+            await self._spawn(i)
+
+        started = await self._budget.start_again(
+            again, lambda: self.closed, lambda e: log.warning("simulator process %d did not restart: %s", i, e))
+        if not started and not self.closed:
+            self._failed = SimulatorError(self._budget.exhausted("simulator processes"))
         self._slot_free.set()
 
     async def _watchdog(self) -> None:

@@ -178,19 +178,17 @@ class EnginePool:
     async def _restart(self, w: _Worker) -> None:
         """Start worker ``w`` again, each try spending the restart budget; past the budget the
         pool gives up (every request then fails with the last reason)."""
+        async def again() -> None:
+            self.restarts += 1
+            await self._spawn(w)
+
         try:
-            while not self.closed:
-                if not self._budget.spend():
-                    self._failed = self._budget.exhausted(f"engine workers of generation {self.gen}")
-                    log.warning("engine pool gives up: %s", self._failed)
-                    return
-                self.restarts += 1
-                try:
-                    await self._spawn(w)
-                    return
-                except Exception as e:  # noqa: BLE001 - counted, then tried again
-                    self._budget.last_error = str(e)
-                    log.warning("engine worker %d did not start again: %s", w.index, e)
+            started = await self._budget.start_again(
+                again, lambda: self.closed,
+                lambda e: log.warning("engine worker %d did not start again: %s", w.index, e))
+            if not started and not self.closed:
+                self._failed = self._budget.exhausted(f"engine workers of generation {self.gen}")
+                log.warning("engine pool gives up: %s", self._failed)
         finally:
             w.starting = None
 
