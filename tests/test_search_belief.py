@@ -221,6 +221,26 @@ def test_a_ditto_on_the_bench_is_a_plain_set_on_either_side():
     assert r.value.reason == "ditto"
 
 
+@pytest.mark.parametrize("weather, fields, active, ruled_out", [
+    ({}, {}, True, True),
+    ({}, {}, False, False),  # on the bench: its item waits for its switch-in
+    ({"SUNNYDAY": 3}, {}, True, False),  # the sun woke it: a Booster Energy would still be held
+    ({}, {"ELECTRIC_TERRAIN": 3}, True, False),
+])
+def test_an_active_paradox_with_its_item_unknown_holds_no_booster_energy(weather, fields, active, ruled_out):
+    # Booster Energy is used at the switch-in unless the sun or Electric Terrain woke the ability:
+    # an active one still unknown never held it (a state that did would boost what never was).
+    from poke_env.battle import Field, Weather
+    battle = FakeOpponents("ragingbolt")
+    battle.weather = {Weather[w]: t for w, t in weather.items()}
+    battle.fields = {Field[f]: t for f, t in fields.items()}
+    for mon in battle.opponent_team.values():
+        mon._active = active
+    [(k, *_)] = known_opponents(battle, Protocol(battle))
+    assert k["item"] is None
+    assert k.get("notItems") == (["boosterenergy"] if ruled_out else None)
+
+
 def test_our_zoroark_is_refused():
     request = {"side": {"pokemon": [{"ident": "p1: Zoroark", "details": "Zoroark, L84, M",
                                      "condition": "250/250", "active": True, "stats": {}, "moves": [],

@@ -292,6 +292,18 @@ async def test_a_drawn_set_keeps_the_forme_showdown_showed(fmt, seen, want):
     assert {team[0]["species"] for team in teams} == {want}
 
 
+async def test_a_ruled_out_item_is_never_drawn():
+    # Raging Bolt's gen 9 sets hold Booster Energy in about a third of draws; an active one that did not use it holds
+    # something else in every draw (or nothing, where every draw held it).
+    known = [{"name": "X", "species": "ragingbolt", "level": 80, "moves": [], "item": None}]
+    async with LeafHub() as hub:
+        free, _ = await hub.sample("gen9randombattle", known, 40, 6, [1, 2, 3, 4])
+        ruled, _ = await hub.sample("gen9randombattle", [{**known[0], "notItems": ["boosterenergy"]}],
+                                    40, 6, [1, 2, 3, 4])
+    assert any(team[0]["item"] == "Booster Energy" for team in free)
+    assert not any(team[0]["item"] == "Booster Energy" for team in ruled)
+
+
 @pytest.mark.parametrize("fmt", GENS)
 async def test_a_fainted_active_asks_for_a_switch_and_a_leaf_plays_it_into_the_next_turn(fmt):
     # Jolteon fainted in the turn that ended, Spikes on our side: Skarmory (Flying) takes none,

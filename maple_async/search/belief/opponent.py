@@ -2,7 +2,7 @@
 Pokémon are drawn from.
 
 Kept: species in the forme Showdown showed, level, gender, moves seen, item (or that it is
-gone), ability, tera, HP fraction, status, boosts, PP poke-env counted and the carried effects
+gone, or that it is not a Booster Energy: an active one's would have been used), ability, tera, HP fraction, status, boosts, PP poke-env counted and the carried effects
 (:mod:`.effects`). Drawn (``leafhub.js``'s ``sample`` op): each seen Pokémon's set by the pinned
 generator's ``randomSet`` conditioned on those facts, the unseen bench from team preview's
 species or a generator team's.
@@ -40,8 +40,17 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
              "gender": gender_of(mon),
              "moves": list(mon.moves), "item": item, "ability": mon.ability or None,
              "tera": mon.tera_type.name.capitalize() if mon.is_terastallized and mon.tera_type else None}
+        if item is None and mon.active and not mon.fainted and not _wakes_paradox(battle):
+            k["notItems"] = ["boosterenergy"]
         out.append((k, mon, name, role))
     return out
+
+
+def _wakes_paradox(battle) -> bool:
+    """Sun or Electric Terrain is up: a paradox ability wakes from it and a Booster Energy waits."""
+    weather = {w.name.lower().replace("_", "") for w in (battle.weather or {})}
+    fields = {f.name.lower().replace("_", "") for f in (battle.fields or {})}
+    return bool(weather & {"sunnyday", "desolateland"}) or "electricterrain" in fields
 
 
 def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dict) -> dict:

@@ -221,6 +221,10 @@ function agreement(dex, set, m) {
     all++;
     if (dex.items.get(set.item).id === m.item) ok++;
   }
+  if (m.notItems && m.notItems.length) {  // ruled out (a Booster Energy an active one did not use)
+    all++;
+    if (!m.notItems.includes(dex.items.get(set.item).id)) ok++;
+  }
   if (m.ability) {
     all++;
     if (dex.abilities.get(set.ability).id === m.ability) ok++;
@@ -260,6 +264,8 @@ function revealed(dex, set, m) {
   }
   out.moves = moves.slice(0, Math.max(4, (m.moves || []).length));
   if (m.item) out.item = m.item;
+  // every draw held the ruled-out item: the Pokémon holds none rather than one it cannot have
+  else if (m.notItems && m.notItems.includes(dex.items.get(out.item).id)) out.item = '';
   if (m.ability) out.ability = m.ability;
   if (m.tera) out.teraType = m.tera;
   return out;

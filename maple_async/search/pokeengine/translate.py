@@ -299,8 +299,42 @@ ENGINE_ENTRIES: dict[str, object] = {
 }
 
 
-def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[dict]]:
-    """The engine's Side for one snapshot side; also its active's snapshot."""
+# The weather or terrain that wakes a paradox ability without its Booster Energy.
+PARADOX_FIELD = {"protosynthesis": ("weather", ("sunnyday", "desolateland")),
+                 "quarkdrive": ("terrain", ("electricterrain",))}
+BOOST_TABLE = (1, 1.5, 2, 2.5, 3, 3.5, 4)
+
+
+def best_stat(mon: dict) -> str:
+    """Showdown's ``getBestStat(false, true)``: the highest stat with its boosts, the first of
+    atk, def, spa, spd, spe on a tie."""
+    boosts = mon.get("boosts") or {}
+
+    def boosted(stat: str) -> int:
+        b = max(-6, min(6, int(boosts.get(stat, 0))))
+        value = int(mon["stats"][stat])
+        return int(value * BOOST_TABLE[b]) if b >= 0 else int(value / BOOST_TABLE[-b])
+
+    return max(("atk", "def", "spa", "spd", "spe"), key=lambda s: (boosted(s), -"atk def spa spd spe".split().index(s)))
+
+
+def _booster_energy(active: dict, engine_mon: dict, side: Side, field_: dict) -> None:
+    """An active paradox Pokémon holding Booster Energy with its ability asleep: Showdown uses the
+    item at the next update, before any move (the engine never would), so the state the engine
+    gets is the one after it: the item gone, the boost on."""
+    ability = active.get("ability", "")
+    if active.get("item") != "boosterenergy" or ability not in PARADOX_FIELD or active.get("hp", 0) <= 0:
+        return
+    kind, wakes = PARADOX_FIELD[ability]
+    if ability in (active.get("volatiles") or {}) or field_.get(kind, "") in wakes:
+        return
+    engine_mon["item"] = "none"
+    side.volatiles.add(f"{PARADOX[ability]}{best_stat(active).upper()}")
+
+
+def side_spec(snap_side: dict, gen: int, names: dict, field_: Optional[dict] = None) -> tuple[dict, Optional[dict]]:
+    """The engine's Side for one snapshot side; also its active's snapshot. ``field_``: the
+    snapshot's field (what wakes a paradox ability)."""
     side = Side()
     mons = snap_side["pokemon"]
     if len(mons) > 6:
@@ -332,6 +366,7 @@ def side_spec(snap_side: dict, gen: int, names: dict) -> tuple[dict, Optional[di
         # count, one more than Showdown's on the turn it came in (Showdown's first end of turn
         # does not count down, the engine's does)
         _duration("slowstart")(side, {"duration": counter + (0 if active.get("activeTurns") else 1)}, active, ea)
+    _booster_energy(active, ea, side, field_ or {})
     if tuple(ea["types"]) != tuple(ea["base_types"]) and gen >= 3:  # gens 1-2 keep no such mark
         side.volatiles.add("TYPECHANGE")
     boosts = active.get("boosts") or {}
@@ -423,7 +458,7 @@ def translate(snap: dict, us: str, trapped: bool = False) -> Translation:
     names: dict = {"pokemon": set(), "move": set(), "item": set(), "ability": set(), "volatile": set()}
     specs = []
     for i in order:
-        spec, _active = side_spec(sides[i], gen, names)
+        spec, _active = side_spec(sides[i], gen, names, field_)
         specs.append(spec)
     for i in (0, 1):
         future_sight(snap, i, specs, order)
