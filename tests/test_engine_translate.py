@@ -401,3 +401,36 @@ def test_the_best_stat_counts_boosts_and_breaks_ties_in_showdowns_order():
     assert tr.best_stat({**m, "boosts": {"atk": 2}}) == "atk"  # 150 x 2 = 300
     assert tr.best_stat({**m, "stats": {k: 100 for k in ("atk", "def", "spa", "spd", "spe")}}) == "atk"
     assert tr.best_stat({**m, "boosts": {"spa": -1}}) == "def"  # 260 / 1.5 = 173
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("species, forme, permanent, engine_id", [
+    ("Aegislash", "Aegislash-Blade", False, "aegislashblade"),
+    ("Morpeko", "Morpeko-Hangry", False, "morpekohangry"),
+    ("Mimikyu", "Mimikyu-Busted", True, "mimikyubusted"),
+])
+async def test_a_forme_since_the_switch_in_reaches_the_built_battle_and_the_engine(species, forme, permanent, engine_id):
+    """A forme changed since the switch-in (Stance Change's blade, Hunger Switch, Disguise) is the
+    built Pokémon's, with that forme's stats, and the engine's Pokémon."""
+    from maple_async.search.leaves import LeafHub
+    evs = {s: 84 for s in ("hp", "atk", "def", "spa", "spd", "spe")}
+    abilities = {"Aegislash": "Stance Change", "Morpeko": "Hunger Switch", "Mimikyu": "Disguise"}
+    team = [{"species": species, "name": species, "level": 80, "ability": abilities[species], "item": "Leftovers",
+             "moves": ["Shadow Ball"], "evs": evs}]
+    foe = [{"species": "Blissey", "name": "Blissey", "level": 80, "ability": "Natural Cure", "item": "Leftovers",
+            "moves": ["Seismic Toss"], "evs": evs}]
+
+    def state(patch):
+        return {"seed": [1, 2, 3, 4], "turn": 3, "p1": {"name": "us", "team": team, "pokemon": [patch]},
+                "p2": {"name": "them", "team": foe}}
+
+    async with LeafHub() as hub:
+        built = await hub.build("forme", "gen9randombattle",
+                                [state({}), state({"forme": {"species": forme, "permanent": permanent}})],
+                                us="p1", describe=True)
+        await hub.drop("forme")
+    plain, changed = (b.snapshot["sides"][0]["pokemon"][0] for b in built)
+    assert changed["species"] == engine_id and plain["species"] != engine_id
+    if species == "Aegislash":  # the blade's stats (the others' formes share theirs)
+        assert changed["stats"]["atk"] > 2 * plain["stats"]["atk"] and changed["stats"]["def"] < plain["stats"]["def"] / 2
+    assert tr.translate(built[1].snapshot, "p1").spec["side_one"]["pokemon"][0]["id"] == engine_id

@@ -15,11 +15,11 @@ from poke_env.player import MaxBasePowerPlayer, RandomPlayer
 
 from maple_async.pokeenv.players import player_kwargs, run_id
 from maple_async.search.belief import Refusal, build_states, check_ours, sample_states
-from maple_async.search.belief.effects import ability_state, volatiles
+from maple_async.search.belief.effects import ability_state, forme_of, volatiles
 from maple_async.search.belief.opponent import UNKNOWN_ITEM, bench_level, known_opponents, preview_pool
 from maple_async.search.belief.ours import hidden_power, our_side
 from maple_async.search.belief.protocol import Protocol, parse_details, to_id
-from maple_async.search.belief.readers import LOCKED_MOVE, future_moves, locked_move
+from maple_async.search.belief.readers import LOCKED_MOVE, Holder, future_moves, locked_move
 from maple_async.search.belief.sampling import refuse_early, residual_pending
 from maple_async.search.leaves import LeafHub
 from maple_async.search.searcher import legal_choices
@@ -127,7 +127,7 @@ async def test_sampled_states_keep_what_showdown_showed(showdown_url, fmt):
         assert me.forced >= 1, (me.checked, me.refused)  # three battles with no faint of ours checked: unlikely
         # what the states cannot carry, by name; never our side wrong, never a switch after a faint
         assert set(me.refused) <= {"midturn_switch", "locked_move", "recharge", "two_turn_move", "substitute_hp",
-                                   "transform", "illusion", "ditto", "forme_change", "timer", "disabled_move",
+                                   "transform", "illusion", "ditto", "timer", "disabled_move",
                                    "species_sets", "source", "no_opponent_active"} | {
             r for r in me.refused if r.startswith("volatile:")}, me.refused
 
@@ -149,7 +149,7 @@ async def test_sampled_states_in_team_formats_keep_what_showdown_showed(showdown
         assert not me.errors, me.errors[:5]
         assert me.checked >= 15, (me.checked, me.refused)
         assert set(me.refused) <= {"midturn_switch", "locked_move", "recharge", "two_turn_move", "substitute_hp",
-                                   "transform", "illusion", "ditto", "forme_change", "timer", "disabled_move",
+                                   "transform", "illusion", "ditto", "timer", "disabled_move",
                                    "species_sets", "source", "no_opponent_active"} | {
             r for r in me.refused if r.startswith("volatile:")}, me.refused
 
@@ -530,6 +530,27 @@ async def test_a_lock_the_state_carries_is_the_opponent_s_own(showdown_url):
         await asyncio.wait_for(me.battle_against(them, n_battles=30), 600)
         assert not me.wrong, me.wrong[:5]
         assert me.carried >= 1, me.carried  # 30 battles of max power with no lock: unlikely
+
+
+def test_an_actives_forme_is_the_last_change_since_its_switch_in():
+    lead = ["|switch|p2a: Aegislash|Aegislash, L84|100/100", "|turn|1"]
+
+    def forme(lines, name="Aegislash", effects=()):
+        battle = FakeReplay(lines)
+        mon = _active(to_id(name), *effects)
+        assert volatiles(mon, "p2", name, Protocol(battle), 9) == {}  # never refused
+        return forme_of(Holder(Protocol(battle), "p2", name, mon=mon, gen=9))
+
+    assert forme(lead) is None
+    blade = lead + ["|move|p2a: Aegislash|Shadow Ball|p1a: Snorlax",
+                    "|-formechange|p2a: Aegislash|Aegislash-Blade||[from] ability: Stance Change", "|turn|2"]
+    assert forme(blade) == {"species": "Aegislash-Blade", "permanent": False}
+    shield = blade + ["|-formechange|p2a: Aegislash|Aegislash||[from] ability: Stance Change", "|turn|3"]
+    assert forme(shield) == {"species": "Aegislash", "permanent": False}
+    assert forme(blade + ["|switch|p2a: Aegislash|Aegislash, L84|100/100"]) is None  # it ended with the switch-out
+    busted = ["|switch|p2a: Mimikyu|Mimikyu, L80, F|100/100", "|-activate|p2a: Mimikyu|ability: Disguise",
+              "|detailschange|p2a: Mimikyu|Mimikyu-Busted, L80, F"]
+    assert forme(busted, "Mimikyu", ("DISGUISE",)) == {"species": "Mimikyu-Busted", "permanent": True}
 
 
 def test_slow_start_counts_the_turn_ends_it_was_in_for_from_their_start():

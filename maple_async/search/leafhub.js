@@ -34,7 +34,8 @@
 //          "boosts": {stat: n}, "pp": [n per move slot], "item", "volatiles": {id: {fields} | null},
 //          "activeTurns", "terastallized": type, "abilityState": {fields} (Supreme Overlord's
 //          "fallen"), "ability": id (what it has now: Trace), "beenIn": bool (it has been in:
-//          once-a-battle abilities are spent)}; the volatile "typechange": {"types": [type, ...],
+//          once-a-battle abilities are spent), "forme": {"species", "permanent": bool} (an active's
+//          forme since its switch-in: Stance Change's blade, Disguise's busted)}; the volatile "typechange": {"types": [type, ...],
 //          "ability": id (Protean / Libero, which in gen 9 change it once a switch-in)} sets its types
 // The leads' switch-ins at the start are undone where the patch does not say: every item is
 // the set's (an item used up at the start, Booster Energy, is back), the actives' volatiles

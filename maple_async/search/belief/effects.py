@@ -47,7 +47,9 @@ IGNORED_EFFECTS = {getattr(Effect, n) for n in (
     "COURT_CHANGE", "SCREEN_CLEANER", "CRAFTY_SHIELD", "QUICK_GUARD", "WIDE_GUARD", "MAT_BLOCK",
     "FEINT", "LIGHTNING_ROD", "STORM_DRAIN", "TELEPATHY", "SYMBIOSIS", "GUARD_DOG", "DANCER",
     "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM", "STICKY_WEB", "POLTERGEIST",
-    "FUTURE_SIGHT", "DOOM_DESIRE")  # (the last two: a slot condition, the futuremove entry)
+    "FUTURE_SIGHT", "DOOM_DESIRE",  # (these two: a slot condition, the futuremove entry)
+    # an ability's one-time activation whose change the forme carries (forme_of)
+    "DISGUISE", "ICE_FACE", "TERA_SHIFT", "ZERO_TO_HERO", "BATTLE_BOND")
     if hasattr(Effect, n)}
 
 
@@ -138,8 +140,6 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
     for m in proto.events[h.since + 1:]:
         if m[1] == "-transform" and h.mine(m):  # its target keeps nothing of it
             raise Refusal("transform", name)
-        if m[1] == "-formechange" and h.mine(m):
-            raise Refusal("forme_change", f"{name} {m[3]}")
     if mon.must_recharge:
         raise Refusal("recharge", name)
     if mon.preparing:
@@ -157,6 +157,18 @@ def volatiles(mon, side: str, name: str, proto: Protocol, gen: int) -> dict:
                 out[entry.name] = fields
     out.update(_read(h, "active", ("volatiles",)))
     return out
+
+
+def forme_of(h: Holder) -> Optional[dict]:
+    """The forme an active Pokémon changed to since its switch-in, the last change Showdown
+    showed: ``-formechange`` (Stance Change, Hunger Switch, Shields Down, Gulp Missile, Flower
+    Gift, Zen Mode: it ends with the switch-out) or ``detailschange`` (Disguise, Ice Face, Tera
+    Shift: it stays). None when it changed none."""
+    i = h.proto.last(lambda m: m[1] in ("-formechange", "detailschange") and h.mine(m))
+    if i <= h.since:
+        return None
+    m = h.proto.events[i]
+    return {"species": m[3].split(",")[0], "permanent": m[1] == "detailschange"}
 
 
 def move_locks(h: Holder) -> dict:
@@ -178,6 +190,9 @@ def active_patch(h: Holder) -> dict:
     ability = ability_state(mon, h.side, h.name, h.proto)
     if ability:
         patch["abilityState"] = ability
+    forme = forme_of(h)
+    if forme:
+        patch["forme"] = forme
     patch["volatiles"].update(move_locks(h))
     return patch
 

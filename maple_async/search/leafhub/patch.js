@@ -172,6 +172,12 @@ function patchFor(holds, id, fields) {
 
 // -- a Pokémon, a side, the field -------------------------------------------------------------
 function patchPokemon(battle, pokemon, p) {
+  if (p.forme) {  // first: a permanent forme's HP is scaled to its new max before the patch's HP
+    const species = battle.dex.species.get(p.forme.species);
+    need(species.exists, `unknown forme '${p.forme.species}'`);
+    need(pokemon.isActive, `forme ${species.name} on ${pokemon.name}, who is not active`);
+    if (pokemon.species.id !== species.id) pokemon.formeChange(species.id, null, !!p.forme.permanent);
+  }
   if (p.hpFraction !== undefined) {
     need(p.hpFraction >= 0 && p.hpFraction <= 1, `hpFraction ${p.hpFraction} is outside [0, 1]`);
     pokemon.hp = p.hpFraction > 0 ? Math.max(1, Math.round(p.hpFraction * pokemon.maxhp)) : 0;
