@@ -1,8 +1,9 @@
 """poke-engine, built once per generation into the project's home.
 
 poke-engine is published as an sdist that cargo compiles for one generation per build (a cargo
-feature), and every build is a module named ``poke_engine``. Each generation's build therefore
-lives in a folder of its own, ``<home>/poke-engine-<version>/gen<N>/``, put on ``sys.path`` by
+feature), and every build is a module named ``poke_engine``. The sdist is downloaded once,
+unpacked and mended (:mod:`.mend`: the end of a turn in Showdown's order), and each generation's
+build lives in a folder of its own, ``<home>/poke-engine-<version>-<mend>/gen<N>/``, put on ``sys.path`` by
 the engine worker of that generation only (:mod:`.worker`): one process can search gen 4 and
 then gen 9, each in its own worker, without reinstalling anything. The cargo target folder is
 shared by the builds, so a second generation recompiles the engine, not its dependencies.
@@ -18,17 +19,19 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 
 from ...errors import UserError
 from ...server import default_home
+from . import mend
 
 ENGINE_VERSION = "0.0.48"
 GENERATIONS = tuple(range(1, 10))
 # What a build takes on the 2-core machine, for the progress line.
-BUILD_MINUTES = "1-3"
+BUILD_MINUTES = "2-5"
 
 
 class EngineUnavailable(UserError, RuntimeError):
@@ -43,7 +46,7 @@ def feature(gen: int) -> str:
 
 
 def engine_root(home: Optional[Path] = None) -> Path:
-    return (Path(home) if home else default_home()) / f"poke-engine-{ENGINE_VERSION}"
+    return (Path(home) if home else default_home()) / f"poke-engine-{ENGINE_VERSION}-{mend.REVISION}"
 
 
 def engine_dir(gen: int, home: Optional[Path] = None) -> Path:
@@ -87,20 +90,18 @@ def build(gen: int, home: Optional[Path] = None, quiet: bool = False) -> Path:
                 "search.engine poke-engine needs Rust's cargo to build the engine once: install it "
                 "(https://rustup.rs, or Debian's package cargo) and run again; search.engine showdown "
                 "needs nothing more")
+        src = mended_source(root, env_for(tool, root))
         tmp = root / f".gen{gen}.partial"
         shutil.rmtree(tmp, ignore_errors=True)
         log_path = root / f"build-gen{gen}.log"
-        env = dict(os.environ)
-        env["CARGO_TARGET_DIR"] = str(root / "target")  # shared: dependencies compile once
-        env["PATH"] = f"{Path(tool).parent}{os.pathsep}{env.get('PATH', '')}"
+        env = env_for(tool, root)
         # pip's wheel cache does not key on config settings: a cached build of another
         # generation would be taken for this one.
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--target", str(tmp),
-               "--no-binary", "poke-engine", f"poke-engine=={ENGINE_VERSION}",
-               "--config-settings", f"build-args=--features {flag} --no-default-features"]
+               str(src), "--config-settings", f"build-args=--features {flag} --no-default-features"]
         t0 = time.perf_counter()
         if not quiet:
-            print(f"[maple-async] building poke-engine {ENGINE_VERSION} for generation {gen} "
+            print(f"[maple-async] building poke-engine {ENGINE_VERSION} (mend {mend.REVISION}) for generation {gen} "
                   f"(cargo, once; about {BUILD_MINUTES} minutes; log {log_path}) ...", flush=True)
         with open(log_path, "w") as log:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -115,6 +116,43 @@ def build(gen: int, home: Optional[Path] = None, quiet: bool = False) -> Path:
         if not quiet:
             print(f"[maple-async]   done in {time.perf_counter() - t0:.0f} s", flush=True)
         return final
+
+
+def env_for(tool: str, root: Path) -> dict:
+    env = dict(os.environ)
+    env["CARGO_TARGET_DIR"] = str(root / "target")  # shared: dependencies compile once
+    env["PATH"] = f"{Path(tool).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def mended_source(root: Path, env: dict) -> Path:
+    """The pinned sdist unpacked and mended, once (``<root>/src``); the caller holds the lock."""
+    final = root / "src"
+    if (final / mend.FILE).exists():
+        return final
+    sdists = root / "sdist"
+    tarball = sdists / f"poke_engine-{ENGINE_VERSION}.tar.gz"
+    if not tarball.exists():
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(sdists),
+               f"poke-engine=={ENGINE_VERSION}"]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+        if proc.returncode != 0 or not tarball.exists():
+            tail = " | ".join(proc.stdout.strip().splitlines()[-3:])
+            raise EngineUnavailable(f"downloading poke-engine {ENGINE_VERSION}'s source failed "
+                                    f"(exit {proc.returncode}): {tail}")
+    tmp = root / ".src.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp, filter="data")
+    [top] = list(tmp.iterdir())  # poke_engine-<version>/
+    try:
+        mend.apply(top)
+    except mend.MendError as e:
+        raise EngineUnavailable(f"poke-engine {ENGINE_VERSION}'s source cannot be mended: {e}") from e
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(top, final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def build_all(gens: Iterable[int], home: Optional[Path] = None, quiet: bool = False) -> list[Path]:

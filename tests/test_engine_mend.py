@@ -1,0 +1,102 @@
+"""The mend of poke-engine's source (the end of a turn in Showdown's order): as text on a
+miniature of the function it changes, and in the built engine on the turns it decides."""
+
+import pytest
+
+from maple_async.search.pokeengine import build, mend
+from maple_async.search.pokeengine.pool import EnginePool
+
+MINIATURE = """fn add_end_of_turn_instructions() {
+    let sides = [first_move_side, &first_move_side.get_other_side()];
+    // status damage
+    for side_ref in sides {
+        status(side_ref);
+    }
+
+    // ability/item end-of-turn effects
+    for side_ref in sides {
+        item_end_of_turn(state, side_ref, &mut incoming_instructions);
+        ability_end_of_turn(state, side_ref, &mut incoming_instructions);
+    }
+
+    // leechseed sap
+    for side_ref in sides {
+        sap(side_ref);
+    }
+
+    // volatile statuses
+    for side_ref in sides {
+        volatiles(side_ref);
+    }
+}
+"""
+
+
+def test_the_mend_puts_leftovers_leech_seed_and_status_before_the_other_items():
+    out = mend.mended(MINIATURE)
+    order = [out.index(x) for x in ("Items::LEFTOVERS", "sap(side_ref)", "status(side_ref)",
+                                    "ability_end_of_turn", "volatiles(side_ref)")]
+    assert order == sorted(order)
+    assert out.count("for &side_ref in group.iter()") == 3 and "sap(side_ref)" in out
+    # the other items stay after status damage (Toxic Orb, Flame Orb), Leftovers is not run twice
+    assert "if item != Items::LEFTOVERS && item != Items::BLACKSLUDGE" in out
+
+
+@pytest.mark.parametrize("broken", ["    // leechseed sap\n", "    for side_ref in sides {\n        sap"])
+def test_a_source_that_is_not_the_pinned_one_fails_by_name(broken):
+    with pytest.raises(mend.MendError, match="generate_instructions.rs"):
+        mend.mended(MINIATURE.replace(broken, "    // something else\n", 1))
+
+
+def _mon(id_, item, hp, status="none", moves=("protect",)):
+    return {"id": id_, "level": 80, "types": ("normal", "typeless"), "hp": hp, "maxhp": 320, "attack": 200,
+            "defense": 200, "special_attack": 200, "special_defense": 200, "speed": 200, "item": item,
+            "status": status, "moves": [{"id": m, "pp": 16, "disabled": False} for m in moves]}
+
+
+@pytest.mark.parametrize("gen", [4, 9])
+async def test_a_poisoned_pokemon_at_full_hp_loses_its_poison_damage_leftovers_cannot_heal_first(gen):
+    # Showdown: Leftovers at full HP heals nothing, then Toxic takes 1/16. Unmended, the engine
+    # took the damage first and Leftovers healed it back: no loss.
+    build.ensure(gen)
+    spec = {"side_one": {"pokemon": [_mon("snorlax", "leftovers", 320, "toxic")]},
+            "side_two": {"pokemon": [_mon("blissey", "none", 320)]}}
+    async with EnginePool(gen, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {320 - 20}
+
+
+async def test_in_gen_4_each_pokemon_ends_its_turn_in_turn_the_faster_first():
+    # Showdown gen 4: the faster Jumpluff heals by Leftovers (310 -> 320, full) and takes Toxic
+    # (-40), then the slower seeded Snorlax's Leech Seed heals it (+20): 300. Step by step for
+    # both (gens 5-9) the sap finds it full: 280; unmended (damage, Leftovers, sap): 310.
+    build.ensure(4)
+    fast = {**_mon("jumpluff", "leftovers", 310, "toxic"), "speed": 300}
+    seeded = {**_mon("snorlax", "none", 160), "maxhp": 160}
+    spec = {"side_one": {"pokemon": [fast], "side_conditions": {"toxic_count": 1}},
+            "side_two": {"pokemon": [seeded], "volatile_statuses": ["LEECHSEED"]}}
+    async with EnginePool(4, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {300}
+
+
+@pytest.mark.parametrize("text, mended", [(MINIATURE, True), ("fn main() {}\n", False)])
+def test_the_pinned_sdist_is_unpacked_and_mended_once_or_the_build_stops_by_name(tmp_path, text, mended):
+    import io
+    import tarfile
+    sdists = tmp_path / "sdist"
+    sdists.mkdir()
+    with tarfile.open(sdists / f"poke_engine-{build.ENGINE_VERSION}.tar.gz", "w:gz") as tar:
+        data = text.encode()
+        info = tarfile.TarInfo(f"poke_engine-{build.ENGINE_VERSION}/{mend.FILE}")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    if not mended:
+        with pytest.raises(build.EngineUnavailable, match="cannot be mended"):
+            build.mended_source(tmp_path, {})
+        assert not (tmp_path / "src").exists()
+        return
+    src = build.mended_source(tmp_path, {})
+    assert src == tmp_path / "src" and "[maple-async mend" in (src / mend.FILE).read_text()
+    (sdists / f"poke_engine-{build.ENGINE_VERSION}.tar.gz").unlink()  # once: not read again
+    assert build.mended_source(tmp_path, {}) == src
