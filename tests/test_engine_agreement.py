@@ -10,7 +10,6 @@ No Showdown runs here: the engine replays every joint choice of the translated s
 
 import asyncio
 import collections
-import gzip
 import json
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from maple_async.search.engines import generations
 from maple_async.search.pokeengine import agreement as ag
 from maple_async.search.pokeengine import build
 from maple_async.search.pokeengine.pool import EnginePool
-from maple_async.search.pokeengine.translate import translate
 
 CORPUS = Path(__file__).parent / "data" / "engine_agreement.json.gz"
 # The share of this corpus's own joint choices that agree, per generation (a floor: the engine's
@@ -30,8 +28,7 @@ FLOOR = {1: 0.96, 4: 0.99, 9: 0.91}
 
 
 def corpus() -> list[dict]:
-    with gzip.open(CORPUS, "rt") as f:
-        return json.load(f)
+    return ag.read_corpus(CORPUS)
 
 
 @pytest.fixture(scope="module")
@@ -39,39 +36,12 @@ def engines():
     return {g: build.ensure(g) for g in sorted({generations([p["format"]])[0] for p in corpus()})}
 
 
-async def replay(positions: list[dict]) -> list[tuple[dict, ag.Compared, ag.Outcome, ag.Outcome]]:
-    """Every recorded pair, its engine outcome now (ours, theirs)."""
-    out = []
-    pools: dict = {}
-    try:
-        for pos in positions:
-            gen = generations([pos["format"]])[0]
-            if gen not in pools:
-                pools[gen] = await EnginePool(gen, workers=1).start()
-            snap = pos["snapshot"]
-            t = translate(snap, pos["us"])
-            us = 0 if snap["sides"][0]["id"] == pos["us"] else 1
-            rows = [ag.Compared.from_json(r) for r in pos["pairs"]]
-            pairs = [(t.to_engine[r.ours], t.their_to_engine.get(r.theirs, "none")) for r in rows]
-            reply = await pools[gen].request({"op": "instructions", "state": t.spec, "pairs": pairs}, 5.0)
-            for r, outcomes in zip(rows, reply["outcomes"]):
-                mine = ag.engine_outcome(ag.active_of(snap["sides"][us]), snap["sides"][us]["active"],
-                                         "side_one", outcomes)
-                theirs = ag.engine_outcome(ag.active_of(snap["sides"][1 - us]), snap["sides"][1 - us]["active"],
-                                           "side_two", outcomes)
-                out.append((pos, r, mine, theirs))
-    finally:
-        for pool in pools.values():
-            await pool.close()
-    return out
-
-
 def test_the_engine_replays_the_corpus_as_recorded_and_agrees_with_showdown(engines):
-    replayed = asyncio.run(replay(corpus()))
+    replayed = asyncio.run(ag.replay(corpus()))
     assert len(replayed) >= 100
     changed = []
     agree: dict = collections.defaultdict(list)
-    for pos, r, mine, theirs in replayed:
+    for pos, r, (mine, theirs) in replayed:
         for was, now in zip(r.engine, (mine, theirs)):
             if abs(was.hp - now.hp) > 1e-4 or abs(was.ko - now.ko) > 1e-4:
                 changed.append((pos["format"], r.position, r.ours, r.theirs, was, now))
@@ -151,3 +121,20 @@ def test_showdown_against_itself_is_reported_beside_the_agreement():
     assert "Showdown against itself at these seeds (its halves): 75.0%" in line
     old = ag.Compared.from_json({k: v for k, v in rows[0].to_json().items() if k != "halves_agree"})
     assert old.halves_agree is None  # a corpus recorded before still loads
+
+
+def test_engine_agree_replays_a_corpus_from_the_command_line(engines, tmp_path, capsys):
+    """``engine agree --replay``: the corpus's Showdown outcomes against the engine now, no
+    Showdown run; the same figures as the test above, and the rows kept with --json."""
+    from maple_async.cli import main
+    out = tmp_path / "rows.json"
+    assert main(["engine", "agree", "--replay", str(CORPUS), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert len(rows) == sum(len(p["pairs"]) for p in corpus())
+    for gen in (1, 4, 9):
+        flags = [r["agrees"] for r in rows if r["format"] == f"gen{gen}randombattle"]
+        assert f"gen{gen}randombattle: {sum(flags)}/{len(flags)} joint choices agree" in printed
+    # a corpus that is not there: one line, no traceback
+    assert main(["engine", "agree", "--replay", str(tmp_path / "none.json")]) == 2
+    assert "no such corpus file" in capsys.readouterr().err

@@ -439,6 +439,10 @@ def engine_parser(sub) -> None:
     e.add_argument("--corpus", default=None, metavar="PATH",
                    help="agree: the positions with Showdown's outcomes, for the engine alone to replay "
                         "(tests)")
+    e.add_argument("--replay", default=None, metavar="PATH",
+                   help="agree: a corpus --corpus wrote (JSON, or .json.gz as tests/data has it): the "
+                        "engine's outcomes now against the recorded Showdown ones, no Showdown run "
+                        "(seconds: an engine or translation change measured)")
     add_config_flags(e, "engine", config_file=False, extra={"server.home": "; poke-engine is built there too"})
 
 

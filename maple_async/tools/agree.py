@@ -4,7 +4,7 @@ positions the search recorded from real battles (:mod:`maple_async.search.pokeen
 Prints, per format, the share of joint choices whose actives' expected HP change and KO chance
 agree, then the mechanics the disagreements involve (each feature's disagreeing pairs out of
 its pairs); ``--json`` keeps every compared pair, ``--corpus`` the positions with Showdown's
-outcomes for the tests to replay against the engine alone.
+outcomes for the tests to replay against the engine alone, and ``--replay CORPUS`` replays one.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from ..search.pokeengine import agreement as ag
 
 
 async def run_agree(args) -> int:
+    if getattr(args, "replay", None):
+        return await run_replay(args)
     if not args.positions:
-        raise UserError("engine agree needs position files (write them with --search.record PATH)")
+        raise UserError("engine agree needs position files (write them with --search.record PATH), "
+                        "or --replay CORPUS")
     if args.pairs < 1 or args.seeds < 1:
         raise UserError("--pairs and --seeds must be >= 1")
     positions = []
@@ -40,6 +43,28 @@ async def run_agree(args) -> int:
                   f"agree; {left:.0f}s left", flush=True)
 
     rows, corpus, refused = await ag.compare(positions, args.pairs, args.seeds, args.seed, progress=progress)
+    report(args, rows, refused)
+    if args.corpus:
+        Path(args.corpus).write_text(json.dumps(corpus))
+    return 0
+
+
+async def run_replay(args) -> int:
+    path = Path(args.replay)
+    if not path.exists():
+        raise UserError(f"{path}: no such corpus file (write one with engine agree --corpus PATH)")
+    if args.positions:
+        raise UserError("engine agree --replay takes no position files: the corpus holds its positions")
+    rows = []
+    for _, row, now in await ag.replay(ag.read_corpus(path)):
+        row.engine = now
+        rows.append(row)
+    print(f"[engine] {path}: Showdown's outcomes as recorded, the engine's now")
+    report(args, rows, None)
+    return 0
+
+
+def report(args, rows: list, refused) -> None:
     for line in ag.summary_lines(rows):
         print(f"[engine] {line}")
     if refused:
@@ -51,6 +76,3 @@ async def run_agree(args) -> int:
         print(f"[engine]   {feature}: {bad}/{n}")
     if args.json:
         Path(args.json).write_text(json.dumps([r.to_json() for r in rows], indent=1))
-    if args.corpus:
-        Path(args.corpus).write_text(json.dumps(corpus))
-    return 0

@@ -19,6 +19,7 @@ how often each feature occurs, so a mechanic the engine models differently stand
 from __future__ import annotations
 
 import collections
+import gzip
 import json
 import logging
 import random
@@ -150,6 +151,42 @@ def draw_pairs(ours: list[str], theirs: list[str], n: int, rng: random.Random) -
 def read_positions(path: Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_corpus(path: Path) -> list[dict]:
+    """A corpus ``engine agree --corpus`` wrote (JSON, or gzipped JSON)."""
+    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
+async def replay(corpus: list[dict], workers: int = 1) -> list[tuple[dict, Compared, list[Outcome]]]:
+    """Each joint choice a corpus recorded, with the engine's outcome of it now ([ours, theirs]):
+    the translation and the engine run again, Showdown does not (its outcomes are the recorded
+    ones, from the same built states and seeds)."""
+    from ..engines import generations
+    from .pool import EnginePool
+    from .translate import translate
+    out = []
+    pools: dict = {}
+    try:
+        for pos in corpus:
+            gen = generations([pos["format"]])[0]
+            if gen not in pools:
+                pools[gen] = await EnginePool(gen, workers).start()
+            snap = pos["snapshot"]
+            t = translate(snap, pos["us"])
+            us = 0 if snap["sides"][0]["id"] == pos["us"] else 1
+            rows = [Compared.from_json(r) for r in pos["pairs"]]
+            pairs = [(t.to_engine[r.ours], t.their_to_engine.get(r.theirs, "none")) for r in rows]
+            reply = await pools[gen].request({"op": "instructions", "state": t.spec, "pairs": pairs}, 5.0)
+            for r, outcomes in zip(rows, reply["outcomes"]):
+                now = [engine_outcome(active_of(snap["sides"][side_i]), snap["sides"][side_i]["active"], key, outcomes)
+                       for side_i, key in ((us, "side_one"), (1 - us, "side_two"))]
+                out.append((pos, r, now))
+    finally:
+        for pool in pools.values():
+            await pool.close()
+    return out
 
 
 def breakdown(rows: Iterable[Compared], least: int = 5) -> list[tuple[str, int, int]]:
