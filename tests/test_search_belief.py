@@ -241,13 +241,28 @@ def test_an_active_paradox_with_its_item_unknown_holds_no_booster_energy(weather
     assert k.get("notItems") == (["boosterenergy"] if ruled_out else None)
 
 
-def test_our_zoroark_is_refused():
-    request = {"side": {"pokemon": [{"ident": "p1: Zoroark", "details": "Zoroark, L84, M",
-                                     "condition": "250/250", "active": True, "stats": {}, "moves": [],
-                                     "baseAbility": "illusion", "item": ""}]}}
+def test_our_zoroark_is_refused_until_it_faints():
+    zoroark = {"ident": "p1: Zoroark", "details": "Zoroark, L84, M", "condition": "250/250", "active": True,
+               "stats": {"atk": 200, "def": 150, "spa": 250, "spd": 150, "spe": 230}, "moves": ["nightdaze"],
+               "baseAbility": "illusion", "item": ""}
+    ours = FakeOpponents("pikachu")
     with pytest.raises(Refusal) as r:
-        our_side(FakeOpponents("pikachu"), request, Protocol(FakeOpponents("pikachu")))
+        our_side(ours, {"side": {"pokemon": [zoroark]}}, Protocol(ours))
     assert r.value.reason == "illusion"
+    from poke_env.battle import Pokemon
+    ours.get_pokemon = lambda ident: Pokemon(gen=9, species="zoroark")
+    ours.side_conditions, ours.player_username, ours.used_tera, ours.gen = {}, "us", False, 9
+    fainted = {**zoroark, "condition": "0 fnt", "active": False}
+    assert our_side(ours, {"side": {"pokemon": [fainted]}}, Protocol(ours))["team"][0]["species"] == "Zoroark"
+
+
+def test_their_zoroark_is_refused_until_it_faints():
+    battle = FakeOpponents("zoroark")
+    with pytest.raises(Refusal):
+        known_opponents(battle, Protocol(battle))
+    for mon in battle.opponent_team.values():
+        mon.faint()
+    assert [k["species"] for k, *_ in known_opponents(battle, Protocol(battle))] == ["zoroark"]
 
 
 def test_a_transformed_active_is_refused():

@@ -31,7 +31,9 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
     for ident, mon in battle.opponent_team.items():
         name = ident.split(": ", 1)[1]
         species = to_id(mon.species)
-        if species in ILLUSION or mon.ability == "illusion":
+        if (species in ILLUSION or mon.ability == "illusion") and not mon.fainted:
+            # fainted, it disguises nothing any more (what it did in disguise stays counted to
+            # the Pokémon it looked like)
             raise Refusal("illusion", f"their {name}")
         if (species == "ditto" or mon.ability == "imposter") and mon.active and not mon.fainted:  # transformed
             raise Refusal("ditto", f"their {name}")

@@ -29,8 +29,8 @@ def our_side(battle, request: dict, proto: Protocol) -> dict:
         det = parse_details(p["details"])
         hp, maxhp, status = parse_condition(p["condition"])
         name = p["ident"].split(": ", 1)[1]
-        if to_id(det["species"]) in ILLUSION or to_id(p.get("baseAbility", "")) == "illusion":
-            raise Refusal("illusion", f"our {name}")
+        if (to_id(det["species"]) in ILLUSION or to_id(p.get("baseAbility", "")) == "illusion") and status != "fnt":
+            raise Refusal("illusion", f"our {name}")  # fainted, it disguises nothing any more
         if to_id(det["species"]) == "ditto" and p.get("active"):  # on the bench it is a plain set
             raise Refusal("ditto", f"our {name}")
         moves = [move_id(m) for m in p["moves"]]
