@@ -6,7 +6,8 @@ import pytest
 from maple_async.search.pokeengine import build, mend
 from maple_async.search.pokeengine.pool import EnginePool
 
-MINIATURE = """fn add_end_of_turn_instructions() {
+MINIATURE = """fn add_end_of_turn_instructions(
+) {
     let sides = [first_move_side, &first_move_side.get_other_side()];
     // status damage
     for side_ref in sides {
@@ -34,15 +35,19 @@ MINIATURE = """fn add_end_of_turn_instructions() {
 
 def test_the_mend_puts_leftovers_leech_seed_and_status_before_the_other_items():
     out = mend.mended(MINIATURE)
-    order = [out.index(x) for x in ("Items::LEFTOVERS", "sap(side_ref)", "status(side_ref)",
-                                    "ability_end_of_turn", "volatiles(side_ref)")]
+    order = [out.index(x) for x in ("state.trick_room.active", "Items::LEFTOVERS", "sap(side_ref)",
+                                    "status(side_ref)", 'feature = "gen4")]\n    {', "ability_end_of_turn",
+                                    'not(feature = "gen4"))]\n    {', "volatiles(side_ref)")]
     assert order == sorted(order)
-    assert out.count("for &side_ref in group.iter()") == 3 and "sap(side_ref)" in out
-    # the other items stay after status damage (Toxic Orb, Flame Orb), Leftovers is not run twice
-    assert "if item != Items::LEFTOVERS && item != Items::BLACKSLUDGE" in out
+    # gen 4: each Pokémon's group runs its residuals, its other items and abilities; later
+    # generations run the other items and abilities for both after the group
+    assert out.count("for &side_ref in group.iter()") == 4 and out.count("ability_end_of_turn") == 2
+    # Toxic Orb, Flame Orb stay after status damage and Leftovers is not run twice
+    assert out.count("if item != Items::LEFTOVERS && item != Items::BLACKSLUDGE") == 2
 
 
-@pytest.mark.parametrize("broken", ["    // leechseed sap\n", "    for side_ref in sides {\n        sap"])
+@pytest.mark.parametrize("broken", ["    // leechseed sap\n", "    for side_ref in sides {\n        sap",
+                                    "    let sides = [first_move_side, &first_move_side.get_other_side()];\n"])
 def test_a_source_that_is_not_the_pinned_one_fails_by_name(broken):
     with pytest.raises(mend.MendError, match="generate_instructions.rs"):
         mend.mended(MINIATURE.replace(broken, "    // something else\n", 1))
@@ -88,9 +93,10 @@ def test_the_pinned_sdist_is_unpacked_and_mended_once_or_the_build_stops_by_name
     sdists.mkdir()
     with tarfile.open(sdists / f"poke_engine-{build.ENGINE_VERSION}.tar.gz", "w:gz") as tar:
         data = text.encode()
-        info = tarfile.TarInfo(f"poke_engine-{build.ENGINE_VERSION}/{mend.FILE}")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+        for name, body in ((mend.FILE, data), (mend.ITEMS_FILE, mend.SLUDGE.encode())):
+            info = tarfile.TarInfo(f"poke_engine-{build.ENGINE_VERSION}/{name}")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
     if not mended:
         with pytest.raises(build.EngineUnavailable, match="cannot be mended"):
             build.mended_source(tmp_path, {})
@@ -100,3 +106,45 @@ def test_the_pinned_sdist_is_unpacked_and_mended_once_or_the_build_stops_by_name
     assert src == tmp_path / "src" and "[maple-async mend" in (src / mend.FILE).read_text()
     (sdists / f"poke_engine-{build.ENGINE_VERSION}.tar.gz").unlink()  # once: not read again
     assert build.mended_source(tmp_path, {}) == src
+
+
+def test_black_sludge_mended_to_an_eighth_of_the_max_hp():
+    assert "maxhp / 8, active_pkmn.hp" in mend.mended_items("x\n" + mend.SLUDGE)
+    with pytest.raises(mend.MendError, match="items.rs"):
+        mend.mended_items("fn nothing() {}\n")
+
+
+async def test_in_gen_4_trick_room_reverses_the_order_pokemon_end_their_turn_in():
+    # The same turn as above under Trick Room: the slower Snorlax first, its sap finds Jumpluff
+    # at 310 (+10, full), then Jumpluff: Leftovers (full), Toxic: 280.
+    build.ensure(4)
+    fast = {**_mon("jumpluff", "leftovers", 310, "toxic"), "speed": 300}
+    seeded = {**_mon("snorlax", "none", 160), "maxhp": 160}
+    spec = {"side_one": {"pokemon": [fast], "side_conditions": {"toxic_count": 1}},
+            "side_two": {"pokemon": [seeded], "volatile_statuses": ["LEECHSEED"]},
+            "trick_room": True, "trick_room_turns_remaining": 3}
+    async with EnginePool(4, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {280}
+
+
+async def test_in_gen_4_a_faster_bad_dreams_comes_before_the_slower_foes_leftovers():
+    # Showdown gen 4: Darkrai (faster) deals an eighth to the sleeping Snorlax at full HP (-40),
+    # then Snorlax's Leftovers heals 20: 300. Leftovers first for both would leave 280.
+    build.ensure(4)
+    darkrai = {**_mon("darkrai", "none", 320), "speed": 300, "ability": "baddreams"}
+    snorlax = {**_mon("snorlax", "leftovers", 320, "sleep"), "sleep_turns": 0}
+    spec = {"side_one": {"pokemon": [darkrai]}, "side_two": {"pokemon": [snorlax]}}
+    async with EnginePool(4, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    # (Snorlax may wake and act, which changes nothing here: Protect)
+    assert {after["side_two"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {300}
+
+
+async def test_black_sludge_on_a_pokemon_that_is_not_poison_takes_an_eighth():
+    build.ensure(9)
+    spec = {"side_one": {"pokemon": [_mon("snorlax", "blacksludge", 320)]},
+            "side_two": {"pokemon": [_mon("blissey", "none", 320)]}}
+    async with EnginePool(9, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {280}

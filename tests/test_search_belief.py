@@ -566,6 +566,37 @@ def test_an_actives_forme_is_the_last_change_since_its_switch_in():
     busted = ["|switch|p2a: Mimikyu|Mimikyu, L80, F|100/100", "|-activate|p2a: Mimikyu|ability: Disguise",
               "|detailschange|p2a: Mimikyu|Mimikyu-Busted, L80, F"]
     assert forme(busted, "Mimikyu", ("DISGUISE",)) == {"species": "Mimikyu-Busted", "permanent": True}
+    frozen = ["|switch|p2a: Shaymin|Shaymin-Sky, L80|100/100", "|-status|p2a: Shaymin|frz",
+              "|detailschange|p2a: Shaymin|Shaymin, L80", "|-formechange|p2a: Shaymin|Shaymin|[msg]"]
+    assert forme(frozen, "Shaymin") == {"species": "Shaymin", "permanent": True}  # a status's change stays
+
+
+def test_battle_bonds_once_a_battle_boost_is_refused():
+    # gen 9's Battle Bond boosts once a battle (Showdown's bondTriggered): not carried
+    with pytest.raises(Refusal) as r:
+        volatiles(_active("greninjabond", "BATTLE_BOND"), "p2", "Greninja", Protocol(FakeReplay([])), 9)
+    assert r.value.reason == "volatile:battle_bond"
+
+
+def test_a_permanent_forme_stays_on_the_bench():
+    # Mimikyu busted while active, then switched out: poke-env keeps "mimikyu" until it is back,
+    # the drawn set must be the busted forme's (its Disguise is gone)
+    from poke_env.battle import Pokemon
+    battle = FakeOpponents("mimikyu")
+    battle.opponent_team = {"p2: Mimikyu": Pokemon(gen=9, species="mimikyu"),
+                            "p2: Gholdengo": Pokemon(gen=9, species="gholdengo")}
+    battle._replay_data = [line.split("|") for line in [
+        "|switch|p2a: Mimikyu|Mimikyu, L80, F|100/100", "|-activate|p2a: Mimikyu|ability: Disguise",
+        "|detailschange|p2a: Mimikyu|Mimikyu-Busted, L80, F", "|switch|p2a: Gholdengo|Gholdengo, L77|100/100"]]
+
+    def species():
+        return {k["name"]: k["species"] for k, *_ in known_opponents(battle, Protocol(battle))}
+
+    assert species() == {"Mimikyu": "mimikyubusted", "Gholdengo": "gholdengo"}
+    # back on the field its switch-in shows the forme, which poke-env then keeps as its species
+    battle._replay_data.append("|switch|p2a: Mimikyu|Mimikyu-Busted, L80, F|80/100".split("|"))
+    battle.opponent_team["p2: Mimikyu"] = Pokemon(gen=9, species="mimikyubusted")
+    assert species()["Mimikyu"] == "mimikyubusted"
 
 
 def test_slow_start_counts_the_turn_ends_it_was_in_for_from_their_start():

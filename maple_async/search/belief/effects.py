@@ -49,7 +49,8 @@ IGNORED_EFFECTS = {getattr(Effect, n) for n in (
     "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM", "STICKY_WEB", "POLTERGEIST",
     "FUTURE_SIGHT", "DOOM_DESIRE",  # (these two: a slot condition, the futuremove entry)
     # an ability's one-time activation whose change the forme carries (forme_of)
-    "DISGUISE", "ICE_FACE", "TERA_SHIFT", "ZERO_TO_HERO", "BATTLE_BOND")
+    # (not Battle Bond: gen 9's is a boost once a battle, a flag the state does not carry)
+    "DISGUISE", "ICE_FACE", "TERA_SHIFT", "ZERO_TO_HERO")
     if hasattr(Effect, n)}
 
 
@@ -163,12 +164,15 @@ def forme_of(h: Holder) -> Optional[dict]:
     """The forme an active Pokémon changed to since its switch-in, the last change Showdown
     showed: ``-formechange`` (Stance Change, Hunger Switch, Shields Down, Gulp Missile, Flower
     Gift, Zen Mode: it ends with the switch-out) or ``detailschange`` (Disguise, Ice Face, Tera
-    Shift: it stays). None when it changed none."""
+    Shift, Shaymin-Sky frozen: it stays). None when it changed none."""
     i = h.proto.last(lambda m: m[1] in ("-formechange", "detailschange") and h.mine(m))
     if i <= h.since:
         return None
-    m = h.proto.events[i]
-    return {"species": m[3].split(",")[0], "permanent": m[1] == "detailschange"}
+    species = h.proto.events[i][3].split(",")[0]
+    # a change a status caused (Shaymin-Sky frozen) is a detailschange, then a -formechange
+    permanent = h.proto.last(lambda m: m[1] == "detailschange" and h.mine(m)
+                             and m[3].split(",")[0] == species) > h.since
+    return {"species": species, "permanent": permanent}
 
 
 def move_locks(h: Holder) -> dict:

@@ -30,7 +30,7 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
     role = battle.opponent_role
     for ident, mon in battle.opponent_team.items():
         name = ident.split(": ", 1)[1]
-        species = to_id(mon.species)
+        species = shown_species(proto, role, name, to_id(mon.species))
         if (species in ILLUSION or mon.ability == "illusion") and not mon.fainted:
             # fainted, it disguises nothing any more (what it did in disguise stays counted to
             # the Pokémon it looked like)
@@ -46,6 +46,16 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
             k["notItems"] = ["boosterenergy"]
         out.append((k, mon, name, role))
     return out
+
+
+def shown_species(proto: Protocol, role: str, name: str, species: str) -> str:
+    """The species Showdown last showed for a Pokémon: a permanent forme change
+    (``detailschange``: Mimikyu-Busted, Eiscue-Noice) stays when it leaves the field, and poke-env
+    keeps the species it switched in as until it switches in again."""
+    i = proto.last(lambda m: m[1] == "detailschange" and proto.mine(m, role, name))
+    if i < 0 or i < proto.switched_in(role, name):
+        return species  # none, or a switch-in since has shown its details (poke-env's species)
+    return to_id(proto.events[i][3].split(",")[0])
 
 
 def _wakes_paradox(battle) -> bool:

@@ -163,6 +163,7 @@ async def replay(corpus: list[dict], workers: int = 1) -> list[tuple[dict, Compa
     """Each joint choice a corpus recorded, with the engine's outcome of it now ([ours, theirs]):
     the translation and the engine run again, Showdown does not (its outcomes are the recorded
     ones, from the same built states and seeds)."""
+    from ..belief import Refusal
     from ..engines import generations
     from .pool import EnginePool
     from .translate import translate
@@ -174,10 +175,16 @@ async def replay(corpus: list[dict], workers: int = 1) -> list[tuple[dict, Compa
             if gen not in pools:
                 pools[gen] = await EnginePool(gen, workers).start()
             snap = pos["snapshot"]
-            t = translate(snap, pos["us"])
+            try:
+                t = translate(snap, pos["us"])
+            except Refusal as r:  # the translation now refuses what it took when recorded
+                log.warning("a %s position is refused now (%s): its pairs are left out", pos["format"], r.reason)
+                continue
             us = 0 if snap["sides"][0]["id"] == pos["us"] else 1
-            rows = [Compared.from_json(r) for r in pos["pairs"]]
+            rows = [Compared.from_json(r) for r in pos["pairs"] if r["ours"] in t.to_engine]
             pairs = [(t.to_engine[r.ours], t.their_to_engine.get(r.theirs, "none")) for r in rows]
+            if not pairs:
+                continue
             reply = await pools[gen].request({"op": "instructions", "state": t.spec, "pairs": pairs}, 5.0)
             for r, outcomes in zip(rows, reply["outcomes"]):
                 now = [engine_outcome(active_of(snap["sides"][side_i]), snap["sides"][side_i]["active"], key, outcomes)

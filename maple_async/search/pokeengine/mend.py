@@ -8,7 +8,12 @@ Pokémon first). The order decides the turn whenever a Pokémon at full HP holds
 engine's heal came after the damage, so it never lost the HP) and whenever poison would faint
 a Pokémon its Leftovers would have kept. The mend moves those three steps, in Showdown's order,
 before the remaining items (Toxic Orb and Flame Orb still come after status damage, as in
-Showdown) and abilities. Measured on the agreement corpus in docs/search.md.
+Showdown) and abilities; in gen 4 each Pokémon runs all of them in turn (its Bad Dreams before
+the slower foe's Leftovers), in the order of speed Showdown takes at the end of the turn (before
+the weather, Tailwind or Trick Room count down; Trick Room reverses it). It also makes Black
+Sludge on a Pokémon that is not Poison take an eighth of its max HP, as Showdown does (the
+engine took a sixteenth, and at most the HP it was missing). Measured on the agreement corpus
+in docs/search.md.
 
 It is applied as text, each anchor checked to occur once, so a source that differs from the
 pinned one fails the build by name instead of building something else.
@@ -19,22 +24,38 @@ from __future__ import annotations
 from pathlib import Path
 
 # The mend's revision: part of the build folder's name, so a changed mend builds again.
-REVISION = "m1"
+REVISION = "m2"
 FILE = Path("src") / "genx" / "generate_instructions.rs"
+ITEMS_FILE = Path("src") / "genx" / "items.rs"
+FILES = (FILE, ITEMS_FILE)
+START = "fn add_end_of_turn_instructions(\n"
+SIDES = "    let sides = [first_move_side, &first_move_side.get_other_side()];\n"
 ANCHORS = ("    // status damage\n", "    // ability/item end-of-turn effects\n", "    // leechseed sap\n",
            "    // volatile statuses\n")
 LOOP = "    for side_ref in sides {\n"
+ONE_GROUP = "    for &side_ref in group.iter() {\n"
 ITEM_CALL = "        item_end_of_turn(state, side_ref, &mut incoming_instructions);\n"
 HEALS = "(active_pkmn.item == Items::LEFTOVERS || active_pkmn.item == Items::BLACKSLUDGE)"
+SLUDGE = """                let damage_amount =
+                    cmp::min(active_pkmn.maxhp / 16, active_pkmn.maxhp - active_pkmn.hp);
+"""
+SLUDGE_MENDED = f"""                // [maple-async mend {REVISION}] Showdown: an eighth of the max HP
+                let damage_amount = cmp::min(active_pkmn.maxhp / 8, active_pkmn.hp);
+"""
 
-RESIDUALS = f'''    // [maple-async mend {REVISION}] Leftovers and Black Sludge, Leech Seed, then status damage, in
-    // Showdown's residual order: in gen 4 each Pokemon its three in turn (the faster first), later
-    // each step for both; then the other items (Toxic Orb, Flame Orb, berries) and abilities
+GROUPS = f'''    // [maple-async mend {REVISION}] the order of the residuals: in gen 4 each Pokemon all of its
+    // own in turn, the faster first by the speed before anything below counts down (Trick Room
+    // reverses it); later generations each step for both
     #[cfg(feature = "gen4")]
     let groups: Vec<Vec<&SideReference>> = {{
         let one = get_effective_speed(state, &SideReference::SideOne);
         let two = get_effective_speed(state, &SideReference::SideTwo);
-        if one > two || (one == two && *sides[0] == SideReference::SideOne) {{
+        let one_first = if one == two {{
+            *sides[0] == SideReference::SideOne
+        }} else {{
+            (one > two) != state.trick_room.active
+        }};
+        if one_first {{
             vec![vec![&SideReference::SideOne], vec![&SideReference::SideTwo]]
         }} else {{
             vec![vec![&SideReference::SideTwo], vec![&SideReference::SideOne]]
@@ -42,6 +63,11 @@ RESIDUALS = f'''    // [maple-async mend {REVISION}] Leftovers and Black Sludge,
     }};
     #[cfg(not(feature = "gen4"))]
     let groups: Vec<Vec<&SideReference>> = vec![sides.to_vec()];
+'''
+
+RESIDUALS = f'''    // [maple-async mend {REVISION}] Leftovers and Black Sludge, Leech Seed, then status damage, in
+    // Showdown's residual order; then the other items (Toxic Orb, Flame Orb, berries) and
+    // abilities (gen 4: each Pokemon all of them in turn)
     for group in groups.iter() {{
     for &side_ref in group.iter() {{
         let active_pkmn = state.get_side(side_ref).get_active();
@@ -56,23 +82,41 @@ class MendError(RuntimeError):
     pass
 
 
+def _once(text: str, anchor: str, where: Path, start: int = 0) -> int:
+    i = text.find(anchor, start)
+    if i < 0 or text.find(anchor, i + 1) >= 0 and start == 0:
+        raise MendError(f"{where}: {anchor.strip()!r} is not where poke-engine 0.0.48 has it")
+    return i
+
+
 def mended(source: str) -> str:
     """The end-of-turn function's text with the residual steps in Showdown's order."""
-    at = [source.find(a) for a in ANCHORS]
-    if any(i < 0 or source.count(a) != 1 for i, a in zip(at, ANCHORS)) or at != sorted(at):
+    begin = _once(source, START, FILE)
+    sides_at = _once(source, SIDES, FILE, begin)
+    at = [_once(source, a, FILE) for a in ANCHORS]
+    if at != sorted(at) or at[0] < sides_at:
         raise MendError(f"{FILE}: the end-of-turn steps are not where poke-engine 0.0.48 has them")
     status, items, seed = source[at[0]:at[1]], source[at[1]:at[2]], source[at[2]:at[3]]
     if not (status.count(LOOP) == items.count(LOOP) == seed.count(LOOP) == 1 and items.count(ITEM_CALL) == 1):
         raise MendError(f"{FILE}: an end-of-turn step is not the loop poke-engine 0.0.48 has")
-    one_side = "    for &side_ref in group.iter() {\n"
     items = items.replace(ITEM_CALL, "        let item = state.get_side(side_ref).get_active().item;\n"
                                      "        if item != Items::LEFTOVERS && item != Items::BLACKSLUDGE {\n"
                                      "    " + ITEM_CALL + "        }\n")
-    return (source[:at[0]] + RESIDUALS + seed.replace(LOOP, one_side) + status.replace(LOOP, one_side)
-            + "    }\n\n" + items + source[at[3]:])
+    in_group = (RESIDUALS + seed.replace(LOOP, ONE_GROUP) + status.replace(LOOP, ONE_GROUP)
+                + '    #[cfg(feature = "gen4")]\n    {\n' + items.replace(LOOP, ONE_GROUP) + "    }\n    }\n\n")
+    after = '    #[cfg(not(feature = "gen4"))]\n    {\n' + items + "    }\n\n"
+    end_sides = sides_at + len(SIDES)
+    return (source[:end_sides] + GROUPS + source[end_sides:at[0]] + in_group + after + source[at[3]:])
+
+
+def mended_items(source: str) -> str:
+    """Black Sludge on a Pokémon that is not Poison: an eighth of its max HP."""
+    _once(source, SLUDGE, ITEMS_FILE)
+    return source.replace(SLUDGE, SLUDGE_MENDED)
 
 
 def apply(src: Path) -> None:
     """Mend an unpacked poke-engine source folder in place."""
-    path = Path(src) / FILE
-    path.write_text(mended(path.read_text()))
+    for name, fn in ((FILE, mended), (ITEMS_FILE, mended_items)):
+        path = Path(src) / name
+        path.write_text(fn(path.read_text()))
