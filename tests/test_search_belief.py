@@ -388,10 +388,11 @@ def test_details_keep_shiny():
                                                              "shiny": True}
 
 
-@pytest.mark.parametrize("effect", ["STICKY_WEB", "POLTERGEIST"])
+@pytest.mark.parametrize("effect", ["STICKY_WEB", "POLTERGEIST", "TERA_SHELL", "TOXIC_DEBRIS"])
 def test_a_one_turn_activation_poke_env_keeps_needs_nothing(effect):
-    """'-activate|p1a: X|move: Sticky Web' (its side condition is carried) and Poltergeist's
-    item reveal: poke-env keeps them as effects until a switch; the state needs neither."""
+    """'-activate|p1a: X|move: Sticky Web' (its side condition is carried), Poltergeist's item
+    reveal, Tera Shell's resisted hit (the ability itself is in the state), Toxic Debris's spikes
+    (a side condition carried): poke-env keeps them as effects until a switch; the state needs none."""
     lines = ["|switch|p1a: Great Tusk|Great Tusk|100/100"]
     mon = _active("greattusk", effect)
     assert volatiles(mon, "p1", "Great Tusk", Protocol(FakeReplay(lines)), 9) == {}

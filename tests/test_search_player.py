@@ -458,3 +458,13 @@ def test_eval_baseline_search_plays_heuristics_and_counts_its_wins(showdown_url,
     row = json.loads(out.read_text())["results"][0]
     # wins and losses counted from the baseline's own side (not every battle a tie)
     assert row["wins"] + row["losses"] == 3 and row["ties"] == 0, row
+
+
+def test_the_closing_line_shows_each_failures_latest_message():
+    from maple_async.search.searcher import SearchStats
+    stats = SearchStats()
+    stats.decisions = stats.searched = 10
+    stats.failed["hub_refused"] += 2
+    stats.examples["hub_refused"] = "build: unknown forme\n 'Xyz'"
+    line = stats.line()
+    assert "failed 20.0% (hub_refused 2 (latest: build: unknown forme 'Xyz'))" in line, line

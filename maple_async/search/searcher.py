@@ -70,7 +70,7 @@ class SearchStats:
         s = max(self.searched, 1)
         return (f"searched {self.searched / n:.1%} of {self.decisions} decisions, refused {refused / n:.1%}"
                 + (f" ({by})" if by else "") + f", failed {failed / n:.1%}"
-                + (f" ({', '.join(f'{k} {v}' for k, v in self.failed.items())})" if failed else "")
+                + (f" ({', '.join(f'{k} {v}' + self._latest(k) for k, v in self.failed.items())})" if failed else "")
                 + f"; per searched decision {self.ms / s:.0f} ms, {self.compute_ms / s:.0f} ms of compute, "
                 + f"{self.leaves / s:.0f} leaves" + (f"; {self.over_3x} over 3 budgets" if self.over_3x else "")
                 + (f"; {self.later_failed} later turns failed" if self.later_failed else "")
@@ -78,6 +78,12 @@ class SearchStats:
                    if self.later_fallback else "")
                 + (f"; states the engine failed, the decision searched on the others: "
                    f"{', '.join(f'{k} {v}' for k, v in self.states_failed.items())}" if self.states_failed else ""))
+
+
+    def _latest(self, kind: str) -> str:
+        """A failure's latest message, short: what to look into."""
+        msg = " ".join(str(self.examples.get(kind, "")).split())
+        return f" (latest: {msg[:160]})" if msg else ""
 
 
 def legal_choices(request: dict) -> list[str]:

@@ -47,6 +47,7 @@ IGNORED_EFFECTS = {getattr(Effect, n) for n in (
     "COURT_CHANGE", "SCREEN_CLEANER", "CRAFTY_SHIELD", "QUICK_GUARD", "WIDE_GUARD", "MAT_BLOCK",
     "FEINT", "LIGHTNING_ROD", "STORM_DRAIN", "TELEPATHY", "SYMBIOSIS", "GUARD_DOG", "DANCER",
     "ELECTRIFY", "HADRON_ENGINE", "ORICHALCUM_PULSE", "FICKLE_BEAM", "STICKY_WEB", "POLTERGEIST",
+    "TERA_SHELL", "TOXIC_DEBRIS",
     "FUTURE_SIGHT", "DOOM_DESIRE",  # (these two: a slot condition, the futuremove entry)
     # an ability's one-time activation whose change the forme carries (forme_of)
     # (not Battle Bond: gen 9's is a boost once a battle, a flag the state does not carry)
