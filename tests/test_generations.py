@@ -296,6 +296,13 @@ def test_a_saved_team_path_is_kept_where_it_means_something_here(tmp_path):
     assert cli._outside_config(parse(["serve", "--checkpoint", both])).runner.teams == str(shipped / "{format}")
     one = cli._outside_config(parse(["serve", "--checkpoint", both, "--runner.battle_format", "gen2ou"]))
     assert (one.runner.battle_format, one.runner.teams) == ("gen2ou", str(shipped / "gen2ou"))
+    # the search settings are the command's defaults, never those the checkpoint's code saved
+    old = C.load(None, {"runner.battle_format": "gen4randombattle", "network.hidden_size": 8,
+                        "search.prior_weight": 0.5, "search.states": 7,
+                        "train.run_dir": str(tmp_path / "old"), "train.tensorboard": False})
+    old_ck = str(LearningLoop(old, "cpu", quiet=True, handle_signals=False).save_checkpoint())
+    searched = cli._outside_config(parse(["serve", "--checkpoint", old_ck, "--search"]))
+    assert searched.search == C.SearchConfig() and searched.network.hidden_size == 8
     assert C.teams_here("teams/{format}", "gen1ou,gen5ou") is None  # no gen5ou pool here
     assert C.teams_here(str(tmp_path / "gone"), "gen1ou") is None  # trained elsewhere
     assert C.teams_here(None, "gen1ou") is None

@@ -234,9 +234,10 @@ def add_outside_flags(p: argparse.ArgumentParser, command: str, concurrency: int
     add_replays_flag(p)
     p.add_argument("--greedy", action="store_true", help="argmax actions (off: sample, as in training)")
     p.add_argument("--search", action="store_true",
-                   help="the checkpoint searches each decision on Showdown's simulator, its value head scoring "
-                        "the leaves (a --policy: HP and Pokémon left score them; singles; no search.* flags "
-                        "here: the checkpoint config's search section, the defaults unless it set them)")
+                   help="the checkpoint searches each decision with the default search settings (engine auto: "
+                        "poke-engine where built or buildable, else Showdown's simulator; never the settings "
+                        "saved in the checkpoint; a --policy on Showdown's: HP and Pokémon left score the "
+                        "leaves; singles; no search.* flags here)")
     add_config_flags(p, command, config_file=False, defaults={
         "runner.battle_format": "the checkpoint's",
         "runner.teams": "the checkpoint's, where its files are here", "runner.concurrency": str(concurrency),

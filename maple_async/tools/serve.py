@@ -172,11 +172,13 @@ async def ladder(session: Session, n_battles: int, timeout_s: float = 300.0) -> 
 def outside_config(checkpoint: Optional[str], *, server: Optional[str], fmt: Optional[str],
                    teams: Optional[str], concurrency: int, device: str):
     """The checkpoint's own config (network, batcher, battle options) with this command's
-    server, format, teams, concurrency and device; a default config for an outside policy."""
+    server, format, teams, concurrency and device, and today's search defaults (a checkpoint
+    carries the search settings of the code that saved it); a default config for an outside policy."""
     from .. import config as config_mod
     from ..learn import checkpoint as ckpt
     cfg = ckpt.load_config(checkpoint) if checkpoint else config_mod.Config()
     cfg.server = config_mod.ServerConfig()
+    cfg.search = config_mod.SearchConfig()  # how to search is this command's, not the training run's
     if server:
         cfg.server.url = server
     if fmt and fmt != cfg.runner.battle_format:
