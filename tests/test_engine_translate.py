@@ -380,6 +380,7 @@ def _paradox_mon(ability="protosynthesis", **kw):
     ("protosynthesis", {}, {}, "PROTOSYNTHESISSPA"),
     ("quarkdrive", {}, {}, "QUARKDRIVESPA"),
     ("protosynthesis", {"weather": "sunnyday", "weatherDuration": 3}, {}, None),  # the sun woke it: the item waits
+    ("protosynthesis", {"weather": "desolateland", "weatherDuration": 0}, {}, "PROTOSYNTHESISSPA"),  # not this sun
     ("quarkdrive", {"terrain": "electricterrain", "terrainDuration": 3}, {}, None),
     ("protosynthesis", {}, {"protosynthesis": {"bestStat": "spa"}}, "PROTOSYNTHESISSPA"),  # awake already
 ])

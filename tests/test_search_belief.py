@@ -226,6 +226,7 @@ def test_a_ditto_on_the_bench_is_a_plain_set_on_either_side():
     ({}, {}, False, False),  # on the bench: its item waits for its switch-in
     ({"SUNNYDAY": 3}, {}, True, False),  # the sun woke it: a Booster Energy would still be held
     ({}, {"ELECTRIC_TERRAIN": 3}, True, False),
+    ({"DESOLATELAND": 0}, {}, True, True),  # Showdown's Protosynthesis wakes in sunnyday alone
 ])
 def test_an_active_paradox_with_its_item_unknown_holds_no_booster_energy(weather, fields, active, ruled_out):
     # Booster Energy is used at the switch-in unless the sun or Electric Terrain woke the ability:

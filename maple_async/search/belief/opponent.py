@@ -62,7 +62,7 @@ def _wakes_paradox(battle) -> bool:
     """Sun or Electric Terrain is up: a paradox ability wakes from it and a Booster Energy waits."""
     weather = {w.name.lower().replace("_", "") for w in (battle.weather or {})}
     fields = {f.name.lower().replace("_", "") for f in (battle.fields or {})}
-    return bool(weather & {"sunnyday", "desolateland"}) or "electricterrain" in fields
+    return "sunnyday" in weather or "electricterrain" in fields  # (Showdown: not Desolate Land)
 
 
 def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dict) -> dict:

@@ -300,7 +300,7 @@ ENGINE_ENTRIES: dict[str, object] = {
 
 
 # The weather or terrain that wakes a paradox ability without its Booster Energy.
-PARADOX_FIELD = {"protosynthesis": ("weather", ("sunnyday", "desolateland")),
+PARADOX_FIELD = {"protosynthesis": ("weather", ("sunnyday",)),  # (Showdown: not Desolate Land)
                  "quarkdrive": ("terrain", ("electricterrain",))}
 BOOST_TABLE = (1, 1.5, 2, 2.5, 3, 3.5, 4)
 
