@@ -79,7 +79,6 @@ class SearchStats:
                 + (f"; states the engine failed, the decision searched on the others: "
                    f"{', '.join(f'{k} {v}' for k, v in self.states_failed.items())}" if self.states_failed else ""))
 
-
     def _latest(self, kind: str) -> str:
         """A failure's latest message, short: what to look into."""
         msg = " ".join(str(self.examples.get(kind, "")).split())

@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 from poke_env.battle import Effect
 
-from .protocol import Protocol, Refusal
+from .protocol import Protocol, Refusal, parse_details
 from .readers import (OVERLORD, Holder, choice_lock, confusion, from_foe, future_move, glaive_rush, lock,
                       no_fields, overlord, paradox, psychic_noise, pseudo_weather, side_conditions, sleep,
                       slow_start, stall, substitute, terrain, toxic, turns_seen, typechange, weather)
@@ -169,10 +169,10 @@ def forme_of(h: Holder) -> Optional[dict]:
     i = h.proto.last(lambda m: m[1] in ("-formechange", "detailschange") and h.mine(m))
     if i <= h.since:
         return None
-    species = h.proto.events[i][3].split(",")[0]
+    species = parse_details(h.proto.events[i][3])["species"]
     # a change a status caused (Shaymin-Sky frozen) is a detailschange, then a -formechange
     permanent = h.proto.last(lambda m: m[1] == "detailschange" and h.mine(m)
-                             and m[3].split(",")[0] == species) > h.since
+                             and parse_details(m[3])["species"] == species) > h.since
     return {"species": species, "permanent": permanent}
 
 

@@ -2,8 +2,8 @@
 Pokémon are drawn from.
 
 Kept: species in the forme Showdown showed, level, gender, moves seen, item (or that it is
-gone, or that it is not a Booster Energy: an active one's would have been used), ability, tera, HP fraction, status, boosts, PP poke-env counted and the carried effects
-(:mod:`.effects`). Drawn (``leafhub.js``'s ``sample`` op): each seen Pokémon's set by the pinned
+gone, or that it is not a Booster Energy: an active one's would have been used), ability, tera,
+HP fraction, status, boosts, PP poke-env counted and the carried effects (:mod:`.effects`). Drawn (``leafhub.js``'s ``sample`` op): each seen Pokémon's set by the pinned
 generator's ``randomSet`` conditioned on those facts, the unseen bench from team preview's
 species or a generator team's.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Optional
 
 from .effects import active_patch, status_timer
-from .protocol import ILLUSION, Protocol, Refusal, to_id
-from .readers import Holder
+from .protocol import ILLUSION, Protocol, Refusal, parse_details, to_id
+from .readers import PARADOX_WAKES, Holder
 
 UNKNOWN_ITEM = "unknown_item"
 
@@ -55,14 +55,13 @@ def shown_species(proto: Protocol, role: str, name: str, species: str) -> str:
     i = proto.last(lambda m: m[1] == "detailschange" and proto.mine(m, role, name))
     if i < 0 or i < proto.switched_in(role, name):
         return species  # none, or a switch-in since has shown its details (poke-env's species)
-    return to_id(proto.events[i][3].split(",")[0])
+    return to_id(parse_details(proto.events[i][3])["species"])
 
 
 def _wakes_paradox(battle) -> bool:
     """Sun or Electric Terrain is up: a paradox ability wakes from it and a Booster Energy waits."""
-    weather = {w.name.lower().replace("_", "") for w in (battle.weather or {})}
-    fields = {f.name.lower().replace("_", "") for f in (battle.fields or {})}
-    return "sunnyday" in weather or "electricterrain" in fields  # (Showdown: not Desolate Land)
+    up = {x.name.lower().replace("_", "") for x in (*(battle.weather or {}), *(battle.fields or {}))}
+    return any(wakes in up for _, wakes in PARADOX_WAKES.values())
 
 
 def opponent_patch(mon, name: str, role: str, proto: Protocol, battle, set_: dict) -> dict:

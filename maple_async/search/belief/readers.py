@@ -128,6 +128,11 @@ def typechange(h: Holder, effect: str) -> dict:
     return {"types": m[4].split("/"), **({"ability": spent} if spent else {})}
 
 
+# What wakes a paradox ability without its Booster Energy (Showdown's ids; Protosynthesis:
+# sunnyday alone, not Desolate Land): (the field's kind, the id that wakes it).
+PARADOX_WAKES = {"protosynthesis": ("weather", "sunnyday"), "quarkdrive": ("terrain", "electricterrain")}
+
+
 def paradox(h: Holder, effect: str) -> Optional[dict]:
     """Quark Drive / Protosynthesis: '-start|p1a: X|quarkdrivespe' names the stat; a '[fromitem]'
     on the ability's activation before it, Booster Energy (it then outlasts the weather or

@@ -113,6 +113,12 @@ def engine_outcome(before: dict, index: int, side_key: str, outcomes: list) -> O
     return Outcome(sp, hp, ko)
 
 
+def engine_outcomes(snap: dict, us: int, outcomes: list) -> list[Outcome]:
+    """:func:`engine_outcome` of both actives of a snapshot, ours (side one) first."""
+    return [engine_outcome(active_of(snap["sides"][side_i]), snap["sides"][side_i]["active"], key, outcomes)
+            for side_i, key in ((us, "side_one"), (1 - us, "side_two"))]
+
+
 def features(snap: dict, us: int, ours_move: str, theirs_move: str) -> list[str]:
     """What a joint choice involves, for the breakdown by mechanic."""
     out = [f"gen{snap['gen']}"]
@@ -187,9 +193,7 @@ async def replay(corpus: list[dict], workers: int = 1) -> list[tuple[dict, Compa
                 continue
             reply = await pools[gen].request({"op": "instructions", "state": t.spec, "pairs": pairs}, 5.0)
             for r, outcomes in zip(rows, reply["outcomes"]):
-                now = [engine_outcome(active_of(snap["sides"][side_i]), snap["sides"][side_i]["active"], key, outcomes)
-                       for side_i, key in ((us, "side_one"), (1 - us, "side_two"))]
-                out.append((pos, r, now))
+                out.append((pos, r, engine_outcomes(snap, us, outcomes)))
     finally:
         for pool in pools.values():
             await pool.close()
@@ -253,13 +257,13 @@ async def compare_position(hub, pool, pos: dict, index: int, pairs: int, seeds: 
         got = [leaf for leaf in leaves[j * seeds:(j + 1) * seeds] if leaf.error is None and leaf.brief]
         if len(got) < seeds // 2:
             continue  # Showdown refused the pair (a choice the built state does not allow)
-        sd, en, halves = [], [], ([], [])
-        for side_i, key in ((us, "side_one"), (1 - us, "side_two")):
+        sd, halves = [], ([], [])
+        for side_i in (us, 1 - us):
             before = active_of(snap["sides"][side_i])
             sd.append(showdown_outcome(before, [g.brief[side_i] for g in got]))
-            en.append(engine_outcome(before, snap["sides"][side_i]["active"], key, reply["outcomes"][j]))
             for h in (0, 1):
                 halves[h].append(showdown_outcome(before, [g.brief[side_i] for g in got[h::2]]))
+        en = engine_outcomes(snap, us, reply["outcomes"][j])
         out.append(Compared(pos["format"], index, a, c, sd, en, features(snap, us, a, c),
                             halves_agree=within(*halves, scale=2.0)))
     return snap, out

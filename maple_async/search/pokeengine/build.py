@@ -90,11 +90,11 @@ def build(gen: int, home: Optional[Path] = None, quiet: bool = False) -> Path:
                 "search.engine poke-engine needs Rust's cargo to build the engine once: install it "
                 "(https://rustup.rs, or Debian's package cargo) and run again; search.engine showdown "
                 "needs nothing more")
-        src = mended_source(root, env_for(tool, root))
+        env = env_for(tool, root)
+        src = mended_source(root, env)
         tmp = root / f".gen{gen}.partial"
         shutil.rmtree(tmp, ignore_errors=True)
         log_path = root / f"build-gen{gen}.log"
-        env = env_for(tool, root)
         # pip's wheel cache does not key on config settings: a cached build of another
         # generation would be taken for this one.
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--target", str(tmp),

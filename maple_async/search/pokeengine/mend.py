@@ -27,7 +27,6 @@ from pathlib import Path
 REVISION = "m2"
 FILE = Path("src") / "genx" / "generate_instructions.rs"
 ITEMS_FILE = Path("src") / "genx" / "items.rs"
-FILES = (FILE, ITEMS_FILE)
 START = "fn add_end_of_turn_instructions(\n"
 SIDES = "    let sides = [first_move_side, &first_move_side.get_other_side()];\n"
 ANCHORS = ("    // status damage\n", "    // ability/item end-of-turn effects\n", "    // leechseed sap\n",
@@ -115,8 +114,11 @@ def mended_items(source: str) -> str:
     return source.replace(SLUDGE, SLUDGE_MENDED)
 
 
+MENDS = {FILE: mended, ITEMS_FILE: mended_items}  # each file mended, and how
+
+
 def apply(src: Path) -> None:
     """Mend an unpacked poke-engine source folder in place."""
-    for name, fn in ((FILE, mended), (ITEMS_FILE, mended_items)):
+    for name, fn in MENDS.items():
         path = Path(src) / name
         path.write_text(fn(path.read_text()))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..belief import Refusal
+from ..belief.readers import PARADOX_WAKES
 
 STATUS = {"": "none", "fnt": "none", "brn": "burn", "par": "paralyze", "slp": "sleep", "frz": "freeze", "psn": "poison",
           "tox": "toxic"}
@@ -299,10 +300,8 @@ ENGINE_ENTRIES: dict[str, object] = {
 }
 
 
-# The weather or terrain that wakes a paradox ability without its Booster Energy.
-PARADOX_FIELD = {"protosynthesis": ("weather", ("sunnyday",)),  # (Showdown: not Desolate Land)
-                 "quarkdrive": ("terrain", ("electricterrain",))}
 BOOST_TABLE = (1, 1.5, 2, 2.5, 3, 3.5, 4)
+BEST_STAT_ORDER = ("atk", "def", "spa", "spd", "spe")  # Showdown's, which breaks a tie
 
 
 def best_stat(mon: dict) -> str:
@@ -315,7 +314,7 @@ def best_stat(mon: dict) -> str:
         value = int(mon["stats"][stat])
         return int(value * BOOST_TABLE[b]) if b >= 0 else int(value / BOOST_TABLE[-b])
 
-    return max(("atk", "def", "spa", "spd", "spe"), key=lambda s: (boosted(s), -"atk def spa spd spe".split().index(s)))
+    return max(BEST_STAT_ORDER, key=lambda s: (boosted(s), -BEST_STAT_ORDER.index(s)))
 
 
 def _booster_energy(active: dict, engine_mon: dict, side: Side, field_: dict) -> None:
@@ -323,10 +322,10 @@ def _booster_energy(active: dict, engine_mon: dict, side: Side, field_: dict) ->
     item at the next update, before any move (the engine never would), so the state the engine
     gets is the one after it: the item gone, the boost on."""
     ability = active.get("ability", "")
-    if active.get("item") != "boosterenergy" or ability not in PARADOX_FIELD or active.get("hp", 0) <= 0:
+    if active.get("item") != "boosterenergy" or ability not in PARADOX_WAKES or active.get("hp", 0) <= 0:
         return
-    kind, wakes = PARADOX_FIELD[ability]
-    if ability in (active.get("volatiles") or {}) or field_.get(kind, "") in wakes:
+    kind, wakes = PARADOX_WAKES[ability]
+    if ability in (active.get("volatiles") or {}) or field_.get(kind, "") == wakes:
         return
     engine_mon["item"] = "none"
     side.volatiles.add(f"{PARADOX[ability]}{best_stat(active).upper()}")
