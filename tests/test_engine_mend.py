@@ -8,6 +8,9 @@ from maple_async.search.pokeengine.pool import EnginePool
 
 MINIATURE = """fn add_end_of_turn_instructions(
 ) {
+    if state.side_one.force_switch || state.side_two.force_switch {
+        return;
+    }
     let sides = [first_move_side, &first_move_side.get_other_side()];
     // status damage
     for side_ref in sides {
@@ -52,6 +55,10 @@ def test_a_source_that_is_not_the_pinned_one_fails_by_name(broken):
     with pytest.raises(mend.MendError, match="generate_instructions.rs"):
         mend.mended(MINIATURE.replace(broken, "    // something else\n", 1))
 
+# the part of a move's turn the multi-hit mend changes
+MOVE_MINIATURE = (mend.HITS_START + "    match choice.multi_hit() {}\n" + mend.HITS_AFTER_MATCH + mend.HITS_END
+                  + mend.TIE_ONE_FIRST + mend.TIE_TWO_FIRST + " = vec![];\n")
+
 
 def _mon(id_, item, hp, status="none", moves=("protect",)):
     return {"id": id_, "level": 80, "types": ("normal", "typeless"), "hp": hp, "maxhp": 320, "attack": 200,
@@ -92,8 +99,10 @@ def test_the_pinned_sdist_is_unpacked_and_mended_once_or_the_build_stops_by_name
     sdists = tmp_path / "sdist"
     sdists.mkdir()
     with tarfile.open(sdists / f"poke_engine-{build.ENGINE_VERSION}.tar.gz", "w:gz") as tar:
-        data = text.encode()
-        for name, body in ((mend.FILE, data), (mend.ITEMS_FILE, mend.SLUDGE.encode())):
+        data = (text + MOVE_MINIATURE).encode()
+        items = mend.HEAL_BLOCK_AT + mend.SLUDGE_HEALS + mend.SLUDGE + mend.LEFTOVERS_HEALS
+        for name, body in ((mend.FILE, data), (mend.ITEMS_FILE, items.encode()),
+                           (mend.ABILITIES_FILE, mend.MULTISCALE.encode())):
             info = tarfile.TarInfo(f"poke_engine-{build.ENGINE_VERSION}/{name}")
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
@@ -148,3 +157,117 @@ async def test_black_sludge_on_a_pokemon_that_is_not_poison_takes_an_eighth():
     async with EnginePool(9, workers=1) as pool:
         r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
     assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {280}
+
+
+def _hit_shares(outcomes, side="side_two"):
+    """The chance of each HP the defender ends on, the most hits (lowest HP) last."""
+    shares: dict = {}
+    for p, after in outcomes:
+        hp = after[side]["pokemon"][0]["hp"]
+        shares[hp] = shares.get(hp, 0.0) + p / 100.0
+    return [round(shares[hp], 4) for hp in sorted(shares, reverse=True)]
+
+
+@pytest.mark.parametrize("gen, item, ability, shares", [
+    (9, "none", "none", [0.35, 0.35, 0.15, 0.15]),           # Showdown gens 5-9: [2x7, 3x7, 4x3, 5x3]
+    (9, "loadeddice", "none", [0.5, 0.5]),                   # fewer than 4 becomes 5 - random(2)
+    (9, "none", "skilllink", [1.0]),
+    (4, "none", "none", [0.375, 0.375, 0.125, 0.125]),       # gen 4: [2, 2, 2, 3, 3, 3, 4, 5]
+])
+async def test_a_move_of_2_to_5_hits_branches_on_its_count_as_showdown_draws_it(gen, item, ability, shares):
+    # Unmended, the engine hit 3 times always (4 with Loaded Dice). Shell Armor: no crit branch.
+    build.ensure(gen)
+    attacker = {**_mon("cloyster", item, 300, moves=("bulletseed",)), "ability": ability, "attack": 100}
+    wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400, "ability": "shellarmor"}
+    spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
+    async with EnginePool(gen, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["bulletseed", "splash"]]}, 5.0)
+    got = _hit_shares(r["outcomes"][0])
+    assert got == pytest.approx(shares, abs=1e-3), got
+    # and each count's damage is that many hits: the drops stand as 2 : 3 : 4 : 5 (or 4 : 5)
+    drops = sorted({700 - after["side_two"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]})
+    first = {1.0: 5, 0.5: 4}.get(shares[0], 2)
+    assert [d / drops[0] * first for d in drops] == pytest.approx(list(range(first, first + len(drops))), abs=0.05)
+
+
+@pytest.mark.parametrize("item, types", [("leftovers", ("normal", "typeless")), ("blacksludge", ("poison", "typeless"))])
+async def test_heal_block_stops_leftovers_and_black_sludge_healing(item, types):
+    # Showdown: Heal Block's onTryHeal stops the item's heal (Psychic Noise, gen 9)
+    build.ensure(9)
+    mon = {**_mon("muk", item, 200), "types": types}
+    spec = {"side_one": {"pokemon": [mon], "volatile_statuses": ["HEALBLOCK"]},
+            "side_two": {"pokemon": [_mon("blissey", "none", 320, moves=("splash",))]}}
+    async with EnginePool(9, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "splash"]]}, 5.0)
+    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {200}
+
+
+@pytest.mark.parametrize("item, shares", [
+    ("none", [0.1, 0.09, 0.081, 0.729]),  # a miss; then each further hit at 90%, stopping at a miss
+    ("loadeddice", [0.1, 0.9]),           # Loaded Dice: accuracy checked once
+])
+async def test_triple_axel_hits_until_one_misses(item, shares):
+    build.ensure(9)
+    attacker = {**_mon("weavile", item, 300, moves=("tripleaxel",)), "attack": 100}
+    wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400, "ability": "shellarmor"}
+    spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
+    async with EnginePool(9, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["tripleaxel", "splash"]]}, 5.0)
+    assert _hit_shares(r["outcomes"][0]) == pytest.approx(shares, abs=1e-3)
+
+
+@pytest.mark.parametrize("gen", [4, 9])
+async def test_no_end_of_turn_once_the_last_foe_has_fainted(gen):
+    # Showdown ends the battle at the faint: the burn never hurts the winner. Unmended: -1/16
+    # (gen 4: 1/8).
+    build.ensure(gen)
+    ours = {**_mon("snorlax", "none", 200, "burn", moves=("tackle",)), "speed": 300}
+    last = {**_mon("blissey", "none", 1, moves=("splash",)), "speed": 100}
+    spec = {"side_one": {"pokemon": [ours]}, "side_two": {"pokemon": [last]}}
+    async with EnginePool(gen, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["tackle", "splash"]]}, 5.0)
+    assert {(a["side_one"]["pokemon"][0]["hp"], a["side_two"]["pokemon"][0]["hp"]) for _, a in r["outcomes"][0]} == {(200, 0)}
+
+
+@pytest.mark.parametrize("fn, where", [(mend.mended_hits, "generate_instructions.rs"),
+                                       (mend.mended_battle_end, "generate_instructions.rs"),
+                                       (mend.mended_speed_tie, "generate_instructions.rs"),
+                                       (mend.mended_tera_shell, "abilities.rs"),
+                                       (mend.mended_heal_block, "items.rs")])
+def test_each_mend_fails_by_name_on_a_source_that_is_not_the_pinned_one(fn, where):
+    with pytest.raises(mend.MendError, match=where):
+        fn("fn nothing() {}\n")
+
+
+async def test_tera_shell_at_full_hp_makes_every_damaging_move_not_very_effective():
+    # Showdown: Terapagos-Terastal at full HP takes Close Combat (2x on Normal) at 0.5x; below
+    # full HP the move is super effective again. Unmended, Tera Shell did nothing.
+    build.ensure(9)
+    drops = {}
+    for ability in ("terashell", "none"):
+        for hp in (700, 699):
+            wall = {**_mon("terapagosterastal", "none", hp, moves=("splash",)), "maxhp": 700, "defense": 400,
+                    "ability": ability}
+            attacker = {**_mon("conkeldurr", "none", 300, moves=("closecombat",)), "attack": 150}
+            spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
+            async with EnginePool(9, workers=1) as pool:
+                r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
+            drops[ability, hp] = sum(p / 100 * (hp - a["side_two"]["pokemon"][0]["hp"]) for p, a in r["outcomes"][0])
+    assert drops["terashell", 700] / drops["none", 700] == pytest.approx(0.25, abs=0.03)
+    assert drops["terashell", 699] == pytest.approx(drops["none", 699], rel=0.01)
+
+
+async def test_a_speed_tie_plays_both_orders_with_the_same_moves():
+    # Unmended, the order where the slower-listed side moved first played choices the first
+    # order had already changed: Multiscale halved the damage twice.
+    build.ensure(9)
+    lands = {}
+    for speed in (300, 200):  # faster, then tied
+        wall = {**_mon("dragonite", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400,
+                "ability": "multiscale"}
+        attacker = {**_mon("conkeldurr", "none", 300, moves=("closecombat",)), "attack": 150, "speed": speed}
+        spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
+        async with EnginePool(9, workers=1) as pool:
+            r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
+        lands[speed] = {a["side_two"]["pokemon"][0]["hp"] for _, a in r["outcomes"][0]}
+    assert lands[200] == lands[300] and len(lands[300]) == 2  # a roll and a crit
