@@ -7,4 +7,4 @@ derived features, rewards) -> ``inference`` (batcher, hidden state, policy) -> `
 ``tools`` (eval, bench) and ``cli`` sit on top.
 """
 
-__version__ = "0.2.1"
+__version__ = "0.2.2"
