@@ -190,30 +190,45 @@ async def test_a_move_of_2_to_5_hits_branches_on_its_count_as_showdown_draws_it(
     assert [d / drops[0] * first for d in drops] == pytest.approx(list(range(first, first + len(drops))), abs=0.05)
 
 
+@pytest.mark.parametrize("gen, healed", [(9, 0), (4, 20)])
 @pytest.mark.parametrize("item, types", [("leftovers", ("normal", "typeless")), ("blacksludge", ("poison", "typeless"))])
-async def test_heal_block_stops_leftovers_and_black_sludge_healing(item, types):
-    # Showdown: Heal Block's onTryHeal stops the item's heal (Psychic Noise, gen 9)
-    build.ensure(9)
+async def test_heal_block_stops_leftovers_and_black_sludge_healing(item, types, gen, healed):
+    # Showdown: Heal Block's onTryHeal stops the item's heal (Psychic Noise, gen 9); gen 4's
+    # Heal Block blocks only moves that heal, Leech Seed and Wish (mods/gen4), not items
+    build.ensure(gen)
     mon = {**_mon("muk", item, 200), "types": types}
     spec = {"side_one": {"pokemon": [mon], "volatile_statuses": ["HEALBLOCK"]},
             "side_two": {"pokemon": [_mon("blissey", "none", 320, moves=("splash",))]}}
-    async with EnginePool(9, workers=1) as pool:
+    async with EnginePool(gen, workers=1) as pool:
         r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "splash"]]}, 5.0)
-    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {200}
+    assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {200 + healed}
 
 
-@pytest.mark.parametrize("item, shares", [
-    ("none", [0.1, 0.09, 0.081, 0.729]),  # a miss; then each further hit at 90%, stopping at a miss
-    ("loadeddice", [0.1, 0.9]),           # Loaded Dice: accuracy checked once
+@pytest.mark.parametrize("move, item, shares", [
+    ("tripleaxel", "none", [0.1, 0.09, 0.081, 0.729]),  # a miss; then each further hit at 90%, to a miss
+    ("tripleaxel", "loadeddice", [0.1, 0.9]),           # Loaded Dice: accuracy checked once
+    ("populationbomb", "none", [0.1] + [0.9 ** k * 0.1 for k in range(1, 10)] + [0.9 ** 10]),
 ])
-async def test_triple_axel_hits_until_one_misses(item, shares):
+async def test_triple_axel_and_population_bomb_hit_until_one_misses(move, item, shares):
     build.ensure(9)
-    attacker = {**_mon("weavile", item, 300, moves=("tripleaxel",)), "attack": 100}
+    attacker = {**_mon("weavile", item, 300, moves=(move,)), "attack": 100}
     wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400, "ability": "shellarmor"}
     spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
     async with EnginePool(9, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["tripleaxel", "splash"]]}, 5.0)
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [[move, "splash"]]}, 5.0)
     assert _hit_shares(r["outcomes"][0]) == pytest.approx(shares, abs=1e-3)
+
+
+async def test_triple_axel_s_hits_grow_20_40_60():
+    # Showdown: basePowerCallback 20 * hit, so 1, 2 and 3 hits deal about 1 : 3 : 6
+    build.ensure(9)
+    attacker = {**_mon("weavile", "none", 300, moves=("tripleaxel",)), "attack": 300}
+    wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 100, "ability": "shellarmor"}
+    spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
+    async with EnginePool(9, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["tripleaxel", "splash"]]}, 5.0)
+    drops = sorted({700 - a["side_two"]["pokemon"][0]["hp"] for _, a in r["outcomes"][0]} - {0})
+    assert len(drops) == 3 and [d / drops[2] for d in drops] == pytest.approx([1 / 6, 1 / 2, 1], abs=0.04), drops
 
 
 @pytest.mark.parametrize("gen", [4, 9])
@@ -255,6 +270,14 @@ async def test_tera_shell_at_full_hp_makes_every_damaging_move_not_very_effectiv
             drops[ability, hp] = sum(p / 100 * (hp - a["side_two"]["pokemon"][0]["hp"]) for p, a in r["outcomes"][0])
     assert drops["terashell", 700] / drops["none", 700] == pytest.approx(0.25, abs=0.03)
     assert drops["terashell", 699] == pytest.approx(drops["none", 699], rel=0.01)
+    # terastallized, it is Terapagos-Stellar, without Tera Shell (its tera type kept Normal here)
+    wall = {**_mon("terapagosterastal", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400,
+            "ability": "terashell", "terastallized": True, "tera_type": "normal"}
+    spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
+    async with EnginePool(9, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
+    tera = sum(p / 100 * (700 - a["side_two"]["pokemon"][0]["hp"]) for p, a in r["outcomes"][0])
+    assert tera == pytest.approx(drops["none", 700], rel=0.01)
 
 
 async def test_a_speed_tie_plays_both_orders_with_the_same_moves():

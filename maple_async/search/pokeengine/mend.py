@@ -185,11 +185,31 @@ HITS_BRANCHES = f"""    // start multi-hit
     let hit_count;
 """
 HITS_COUNT = "    let hit_count = if branch_hits > 0 { branch_hits } else { hit_count };\n"
+HITS_RUN = "    if incoming_instructions.percentage != 0.0 {\n        run_move(\n"
+HITS_AXEL = f"""    // [maple-async mend {REVISION}] Triple Axel's hits are 20, 40 and 60 base power where the engine
+    // gives each 40: its n hits deal (n + 1) / 4 of n hits at 40 (the roll that kills stays)
+    let axel_scale = if choice.multi_hit() == MultiHitMove::TripleAxel && branch_hits > 0 {{
+        (branch_hits as f32 + 1.0) / 4.0
+    }} else {{
+        1.0
+    }};
+    let regular_damage = (regular_damage as f32 * axel_scale) as i16;
+    let branch_damage = if branch_damage >= state
+        .get_side_immutable(&attacking_side.get_other_side())
+        .get_active_immutable()
+        .hp
+    {{
+        branch_damage
+    }} else {{
+        (branch_damage as f32 * axel_scale) as i16
+    }};
+"""
 
 HEAL_BLOCK_AT = ("    let attacking_side = state.get_side(side_ref);\n"
                  "    let active_pkmn = attacking_side.get_active();\n")
-HEAL_BLOCK = (f"    // [maple-async mend {REVISION}] Heal Block stops Leftovers and Black Sludge healing\n"
-              "    let heal_blocked = state.get_side(side_ref).volatile_statuses\n"
+HEAL_BLOCK = (f"    // [maple-async mend {REVISION}] Heal Block stops Leftovers and Black Sludge healing (gen 4's\n"
+              "    // blocks only moves that heal, Leech Seed and Wish)\n"
+              "    let heal_blocked = cfg!(not(feature = \"gen4\")) && state.get_side(side_ref).volatile_statuses\n"
               "        .contains(&super::state::PokemonVolatileStatus::HEALBLOCK);\n")
 SLUDGE_HEALS = "            if active_pkmn.has_type(&PokemonType::POISON) {\n                if active_pkmn.hp < active_pkmn.maxhp {\n"
 LEFTOVERS_HEALS = ("        Items::LEFTOVERS => {\n            let attacker = state.get_side(side_ref).get_active();\n"
@@ -200,11 +220,12 @@ def mended_hits(source: str) -> str:
     """A move of 2-5 hits branches on its count, as Showdown draws it."""
     start = _once(source, HITS_START, FILE)
     after_match = _once(source, HITS_AFTER_MATCH, FILE)
+    run = _once(source, HITS_RUN, FILE)
     end = _once(source, HITS_END, FILE, after_match)
-    if not start < after_match < end:
+    if not start < after_match < run < end:
         raise MendError(f"{FILE}: the multi-hit count is not where poke-engine 0.0.48 has it")
     return (source[:start] + HITS_BRANCHES + source[start + len(HITS_START):after_match] + HITS_COUNT
-            + source[after_match:end] + "    }\n" + source[end:])
+            + source[after_match:run] + HITS_AXEL + source[run:end] + "    }\n" + source[end:])
 
 
 def mended_heal_block(source: str) -> str:
@@ -253,9 +274,15 @@ ABILITIES_FILE = Path("src") / "genx" / "abilities.rs"
 MULTISCALE = ("        Abilities::MULTISCALE => {\n            if target_pkmn.hp == target_pkmn.maxhp {\n"
               "                attacker_choice.base_power /= 2.0;\n")
 TERA_SHELL = f"""        // [maple-async mend {REVISION}] Tera Shell: at full HP every damaging move it is not immune
-        // to is not very effective (Showdown's onEffectiveness: -1, whatever it was)
+        // to is not very effective (Showdown's onEffectiveness: -1, whatever it was); a Terapagos
+        // that terastallized is Terapagos-Stellar, without it. Approximated on the base power:
+        // items that read the effectiveness (Expert Belt, resist berries) still see it unchanged
         Abilities::TERASHELL => {{
-            if target_pkmn.hp == target_pkmn.maxhp && attacker_choice.category != MoveCategory::Status {{
+            if target_pkmn.hp == target_pkmn.maxhp
+                && !target_pkmn.terastallized
+                && attacker_choice.category != MoveCategory::Status
+                && attacker_choice.move_id != Choices::STRUGGLE
+            {{
                 let effectiveness = type_effectiveness_modifier(&attacker_choice.move_type, &target_pkmn);
                 if effectiveness > 0.0 {{
                     attacker_choice.base_power *= 0.5 / effectiveness;
