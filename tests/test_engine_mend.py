@@ -56,7 +56,8 @@ def test_a_source_that_is_not_the_pinned_one_fails_by_name(broken):
         mend.mended(MINIATURE.replace(broken, "    // something else\n", 1))
 
 # the part of a move's turn the multi-hit mend changes
-MOVE_MINIATURE = (mend.HITS_START + "    match choice.multi_hit() {}\n" + mend.HITS_AFTER_MATCH + mend.HITS_END
+MOVE_MINIATURE = (mend.HITS_START + "    match choice.multi_hit() {}\n" + mend.HITS_AFTER_MATCH + mend.HITS_RUN
+                  + "        );\n    }\n" + mend.HITS_END
                   + mend.TIE_ONE_FIRST + mend.TIE_TWO_FIRST + " = vec![];\n")
 
 
