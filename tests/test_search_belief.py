@@ -622,3 +622,22 @@ def test_slow_start_counts_the_turn_ends_it_was_in_for_from_their_start():
     back = lead + ["|upkeep|", "|turn|2", "|upkeep|", "|turn|3", "|upkeep|", "|turn|4",
                    "|-start|p2a: Regigigas|ability: Slow Start", "|upkeep|", "|turn|5"]
     assert state(back) == {"counter": 4}
+
+
+@pytest.mark.parametrize("turns, clay", [(7, True), (5, True), (4, False)])
+def test_a_screen_that_outlasted_five_turns_was_set_with_light_clay(turns, clay):
+    # Showdown: a screen lasts 5 turns, 8 with the setter's Light Clay; a state drawn without it
+    # could not be built ("no draw of its timer outlasts 7 turns seen")
+    from poke_env.battle import SideCondition
+    battle = FakeOpponents("ninetalesalola")
+    battle.weather, battle.fields = {}, {}
+    battle.opponent_side_conditions = {SideCondition.AURORA_VEIL: 1}
+    lines = ["|turn|1", "|move|p2a: ninetalesalola|Aurora Veil|p2a: ninetalesalola",
+             "|-sidestart|p2: them|move: Aurora Veil"] + [f"|turn|{t}" for t in range(2, 2 + turns)]
+    battle._replay_data = [line.split("|") for line in lines]
+    [(k, *_)] = known_opponents(battle, Protocol(battle))
+    assert k["item"] == ("lightclay" if clay else None)
+    # set by another Pokémon of theirs: nothing follows for this one
+    battle._replay_data[1] = "|move|p2a: grimmsnarl|Aurora Veil|p2a: grimmsnarl".split("|")
+    [(k, *_)] = known_opponents(battle, Protocol(battle))
+    assert k["item"] is None

@@ -2,7 +2,8 @@
 Pokémon are drawn from.
 
 Kept: species in the forme Showdown showed, level, gender, moves seen, item (or that it is
-gone, or that it is not a Booster Energy: an active one's would have been used), ability, tera,
+gone, or that it is not a Booster Energy: an active one's would have been used, or that it is
+Light Clay: a screen it set outlasted 5 turns), ability, tera,
 HP fraction, status, boosts, PP poke-env counted and the carried effects (:mod:`.effects`). Drawn (``leafhub.js``'s ``sample`` op): each seen Pokémon's set by the pinned
 generator's ``randomSet`` conditioned on those facts, the unseen bench from team preview's
 species or a generator team's.
@@ -42,10 +43,29 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
              "gender": gender_of(mon),
              "moves": list(mon.moves), "item": item, "ability": mon.ability or None,
              "tera": mon.tera_type.name.capitalize() if mon.is_terastallized and mon.tera_type else None}
-        if item is None and mon.active and not mon.fainted and not _wakes_paradox(battle):
+        if item is None and set_screen_outlasted(battle, proto, role, name):
+            k["item"] = "lightclay"
+        elif item is None and mon.active and not mon.fainted and not _wakes_paradox(battle):
             k["notItems"] = ["boosterenergy"]
         out.append((k, mon, name, role))
     return out
+
+
+SCREENS = ("reflect", "lightscreen", "auroraveil")
+SCREEN_TURNS = 5  # Light Clay: 8
+
+
+def set_screen_outlasted(battle, proto: Protocol, role: str, name: str) -> bool:
+    """A screen this Pokémon set on its side has lasted past its 5 turns: it holds Light Clay."""
+    for cond in getattr(battle, "opponent_side_conditions", None) or {}:
+        cid = to_id(cond.name.replace("_", ""))
+        if cid not in SCREENS:
+            continue
+        start = proto.last(lambda m: m[1] == "-sidestart" and m[2].startswith(role) and to_id(m[3]).endswith(cid))
+        src = proto.source_before(start) if start >= 0 else None
+        if src is not None and src[:2] == (role, name) and proto.turns_since(start) >= SCREEN_TURNS:
+            return True
+    return False
 
 
 def shown_species(proto: Protocol, role: str, name: str, species: str) -> str:
