@@ -16,7 +16,7 @@ from poke_env.player import MaxBasePowerPlayer, RandomPlayer
 from maple_async.pokeenv.players import player_kwargs, run_id
 from maple_async.search.belief import Refusal, build_states, check_ours, sample_states
 from maple_async.search.belief.effects import ability_state, forme_of, volatiles
-from maple_async.search.belief.opponent import UNKNOWN_ITEM, bench_level, known_opponents, preview_pool
+from maple_async.search.belief.opponent import UNKNOWN_ITEM, bench_level, known_opponents, preview_pool, shown_species
 from maple_async.search.belief.ours import hidden_power, our_side
 from maple_async.search.belief.protocol import Protocol, parse_details, to_id
 from maple_async.search.belief.readers import LOCKED_MOVE, Holder, future_moves, locked_move
@@ -53,7 +53,10 @@ def check_opponent(battle, state) -> None:
         assert name in by_name, f"species: {name} missing"
         i, s = by_name[name]
         patch = side["pokemon"][i]
-        assert to_id(s["species"]) == to_id(mon.species), f"species: {s['species']} vs {mon.species}"
+        # the forme Showdown last showed: a permanent one (Ogerpon's Tera forme, Mimikyu-Busted)
+        # from its detailschange, which poke-env keeps only from the next switch-in
+        species = shown_species(Protocol(battle), battle.opponent_role, name, to_id(mon.species))
+        assert to_id(s["species"]) == species, f"species: {s['species']} vs {species} ({mon.species})"
         assert s["level"] == mon.level, f"level of {name}"
         moves = {to_id(m) for m in s["moves"]}
         for m in mon.moves:
