@@ -295,3 +295,16 @@ async def test_a_speed_tie_plays_both_orders_with_the_same_moves():
             r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
         lands[speed] = {a["side_two"]["pokemon"][0]["hp"] for _, a in r["outcomes"][0]}
     assert lands[200] == lands[300] and len(lands[300]) == 2  # a roll and a crit
+
+
+async def test_in_a_speed_tie_bolt_beak_doubles_in_the_order_it_moves_first():
+    # Unmended, the first order (side one first) left side two's choice marked as moving second,
+    # so in the second order its Bolt Beak did not double though it moved first.
+    build.ensure(9)
+    ours = {**_mon("snorlax", "none", 320, moves=("splash",)), "speed": 200, "ability": "shellarmor"}
+    theirs = {**_mon("dracozolt", "none", 320, moves=("boltbeak",)), "speed": 200}
+    spec = {"side_one": {"pokemon": [ours]}, "side_two": {"pokemon": [theirs]}}
+    async with EnginePool(9, workers=1) as pool:
+        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["splash", "boltbeak"]]}, 5.0)
+    shares = _hit_shares(r["outcomes"][0], side="side_one")  # by HP left: the doubled hit last
+    assert shares == pytest.approx([0.5, 0.5], abs=0.01), shares
