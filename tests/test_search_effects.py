@@ -184,3 +184,15 @@ def node_patches():
 def test_an_entry_s_fields_reach_the_node_patch_it_names(entry, node_patches):
     assert entry.showdown in node_patches["patches"]
     assert node_patches["reached"][entry.name] == entry.showdown
+
+
+@pytest.mark.parametrize("turns, want", [
+    (4, {"elapsed": 4, "source": ["p1", "Ninetales"]}),
+    (7, {"elapsed": 4}),  # Light Clay's 8 turns: 1 left, drawn as 5 from no source whatever it holds now
+])
+def test_a_screen_past_its_five_turns_is_carried_as_light_clay_s(turns, want):
+    lines = ["|turn|3", "|move|p1a: Ninetales|Aurora Veil|p1a: Ninetales", "|-sidestart|p1: us|move: Aurora Veil"]
+    lines += [f"|turn|{4 + t}" for t in range(turns)]
+    battle = FakeBattle(["|switch|p1a: Ninetales|Ninetales-Alola|100/100"] + lines,
+                        side_conditions={SideCondition.AURORA_VEIL: 3})
+    assert effects.side_conditions_of(battle, "p1", Protocol(battle)) == {"auroraveil": want}

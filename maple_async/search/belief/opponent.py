@@ -15,7 +15,7 @@ from typing import Optional
 
 from .effects import active_patch, status_timer
 from .protocol import ILLUSION, Protocol, Refusal, parse_details, to_id
-from .readers import PARADOX_WAKES, Holder
+from .readers import PARADOX_WAKES, SCREEN_TURNS, SCREENS, Holder
 
 UNKNOWN_ITEM = "unknown_item"
 
@@ -49,10 +49,6 @@ def known_opponents(battle, proto: Protocol) -> list[dict]:
             k["notItems"] = ["boosterenergy"]
         out.append((k, mon, name, role))
     return out
-
-
-SCREENS = ("reflect", "lightscreen", "auroraveil")
-SCREEN_TURNS = 5  # Light Clay: 8
 
 
 def set_screen_outlasted(battle, proto: Protocol, role: str, name: str) -> bool:

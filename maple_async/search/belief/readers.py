@@ -295,6 +295,10 @@ def toxic(h: Holder, effect: str) -> Optional[dict]:
                                                  and any(p == "[from] psn" for p in m[4:]), start)}}
 
 
+SCREENS = ("reflect", "lightscreen", "auroraveil")
+SCREEN_TURNS, LIGHT_CLAY_TURNS = 5, 8
+
+
 # -- readers: a side's, the field's ------------------------------------------------------------
 def side_conditions(h: Holder, effect: str) -> dict:
     """Each side condition poke-env keeps: its layers, or the turns since it started and who set
@@ -311,7 +315,11 @@ def side_conditions(h: Holder, effect: str) -> dict:
                            and to_id(m[3]).endswith(cid))
         fields: dict = {"elapsed": proto.turns_since(start) if start >= 0 else battle.turn - value}
         src = proto.source_before(start) if start >= 0 else None
-        if src is not None:
+        if cid in SCREENS and fields["elapsed"] >= SCREEN_TURNS:
+            # it outlasted its 5 turns: it was set with Light Clay (8), which the setter may have
+            # lost since (Knock Off) or never shown: 8 - elapsed left, drawn as 5 from no source
+            fields["elapsed"] -= LIGHT_CLAY_TURNS - SCREEN_TURNS
+        elif src is not None:
             fields["source"] = list(src[:2])  # resolved to a team index by the caller
         out[cid] = fields
     return out
