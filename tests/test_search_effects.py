@@ -187,7 +187,8 @@ def test_an_entry_s_fields_reach_the_node_patch_it_names(entry, node_patches):
 
 
 @pytest.mark.parametrize("turns, want", [
-    (4, {"elapsed": 4, "source": ["p1", "Ninetales"]}),
+    (4, {"elapsed": 4, "source": ["p1", "Ninetales"]}),  # the most a 5-turn screen is seen at
+    (5, {"elapsed": 2}),  # past it: Light Clay's, 3 left
     (7, {"elapsed": 4}),  # Light Clay's 8 turns: 1 left, drawn as 5 from no source whatever it holds now
 ])
 def test_a_screen_past_its_five_turns_is_carried_as_light_clay_s(turns, want):
