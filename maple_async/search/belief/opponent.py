@@ -15,7 +15,7 @@ from typing import Optional
 
 from .effects import active_patch, status_timer
 from .protocol import ILLUSION, Protocol, Refusal, parse_details, to_id
-from .readers import PARADOX_WAKES, SCREEN_TURNS, SCREENS, Holder
+from .readers import PARADOX_WAKES, SCREENS, Holder, outlasted_screen, side_condition_start
 
 UNKNOWN_ITEM = "unknown_item"
 
@@ -55,11 +55,10 @@ def set_screen_outlasted(battle, proto: Protocol, role: str, name: str) -> bool:
     """A screen this Pokémon set on its side has lasted past its 5 turns: it holds Light Clay."""
     for cond in getattr(battle, "opponent_side_conditions", None) or {}:
         cid = to_id(cond.name.replace("_", ""))
-        if cid not in SCREENS:
+        if cid not in SCREENS:  # no log to scan
             continue
-        start = proto.last(lambda m: m[1] == "-sidestart" and m[2].startswith(role) and to_id(m[3]).endswith(cid))
-        src = proto.source_before(start) if start >= 0 else None
-        if src is not None and src[:2] == (role, name) and proto.turns_since(start) >= SCREEN_TURNS:
+        start, src = side_condition_start(proto, role, cid)
+        if src is not None and src[:2] == (role, name) and outlasted_screen(cid, proto.turns_since(start)):
             return True
     return False
 

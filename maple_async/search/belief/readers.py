@@ -299,6 +299,18 @@ SCREENS = ("reflect", "lightscreen", "auroraveil")
 SCREEN_TURNS, LIGHT_CLAY_TURNS = 5, 8
 
 
+def side_condition_start(proto: Protocol, side: str, cid: str) -> tuple[int, Optional[tuple]]:
+    """Where side condition ``cid`` last started on ``side`` (-1: not in the log) and who set it
+    (:meth:`Protocol.source_before`)."""
+    start = proto.last(lambda m: m[1] == "-sidestart" and m[2].startswith(side) and to_id(m[3]).endswith(cid))
+    return start, (proto.source_before(start) if start >= 0 else None)
+
+
+def outlasted_screen(cid: str, elapsed: int) -> bool:
+    """A screen seen past its 5 turns: it was set with Light Clay (8)."""
+    return cid in SCREENS and elapsed >= SCREEN_TURNS
+
+
 # -- readers: a side's, the field's ------------------------------------------------------------
 def side_conditions(h: Holder, effect: str) -> dict:
     """Each side condition poke-env keeps: its layers, or the turns since it started and who set
@@ -311,13 +323,11 @@ def side_conditions(h: Holder, effect: str) -> dict:
         if cond in (SideCondition.SPIKES, SideCondition.TOXIC_SPIKES):
             out[cid] = {"layers": value}
             continue
-        start = proto.last(lambda m: m[1] == "-sidestart" and m[2].startswith(side)
-                           and to_id(m[3]).endswith(cid))
+        start, src = side_condition_start(proto, side, cid)
         fields: dict = {"elapsed": proto.turns_since(start) if start >= 0 else battle.turn - value}
-        src = proto.source_before(start) if start >= 0 else None
-        if cid in SCREENS and fields["elapsed"] >= SCREEN_TURNS:
-            # it outlasted its 5 turns: it was set with Light Clay (8), which the setter may have
-            # lost since (Knock Off) or never shown: 8 - elapsed left, drawn as 5 from no source
+        if outlasted_screen(cid, fields["elapsed"]):
+            # set with Light Clay, which the setter may have lost since (Knock Off) or never
+            # shown: 8 - elapsed left, drawn as 5 from no source
             fields["elapsed"] -= LIGHT_CLAY_TURNS - SCREEN_TURNS
         elif src is not None:
             fields["source"] = list(src[:2])  # resolved to a team index by the caller
