@@ -67,6 +67,12 @@ def _mon(id_, item, hp, status="none", moves=("protect",)):
             "status": status, "moves": [{"id": m, "pp": 16, "disabled": False} for m in moves]}
 
 
+async def _turn(gen: int, spec: dict, ours: str, theirs: str) -> dict:
+    """The engine's outcomes of one joint choice from ``spec`` (the pool's reply)."""
+    async with EnginePool(gen, workers=1) as pool:
+        return await pool.request({"op": "instructions", "state": spec, "pairs": [[ours, theirs]]}, 5.0)
+
+
 @pytest.mark.parametrize("gen", [4, 9])
 async def test_a_poisoned_pokemon_at_full_hp_loses_its_poison_damage_leftovers_cannot_heal_first(gen):
     # Showdown: Leftovers at full HP heals nothing, then Toxic takes 1/16. Unmended, the engine
@@ -74,8 +80,7 @@ async def test_a_poisoned_pokemon_at_full_hp_loses_its_poison_damage_leftovers_c
     build.ensure(gen)
     spec = {"side_one": {"pokemon": [_mon("snorlax", "leftovers", 320, "toxic")]},
             "side_two": {"pokemon": [_mon("blissey", "none", 320)]}}
-    async with EnginePool(gen, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    r = await _turn(gen, spec, "protect", "protect")
     assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {320 - 20}
 
 
@@ -88,8 +93,7 @@ async def test_in_gen_4_each_pokemon_ends_its_turn_in_turn_the_faster_first():
     seeded = {**_mon("snorlax", "none", 160), "maxhp": 160}
     spec = {"side_one": {"pokemon": [fast], "side_conditions": {"toxic_count": 1}},
             "side_two": {"pokemon": [seeded], "volatile_statuses": ["LEECHSEED"]}}
-    async with EnginePool(4, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    r = await _turn(4, spec, "protect", "protect")
     assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {300}
 
 
@@ -133,8 +137,7 @@ async def test_in_gen_4_trick_room_reverses_the_order_pokemon_end_their_turn_in(
     spec = {"side_one": {"pokemon": [fast], "side_conditions": {"toxic_count": 1}},
             "side_two": {"pokemon": [seeded], "volatile_statuses": ["LEECHSEED"]},
             "trick_room": True, "trick_room_turns_remaining": 3}
-    async with EnginePool(4, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    r = await _turn(4, spec, "protect", "protect")
     assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {280}
 
 
@@ -145,8 +148,7 @@ async def test_in_gen_4_a_faster_bad_dreams_comes_before_the_slower_foes_leftove
     darkrai = {**_mon("darkrai", "none", 320), "speed": 300, "ability": "baddreams"}
     snorlax = {**_mon("snorlax", "leftovers", 320, "sleep"), "sleep_turns": 0}
     spec = {"side_one": {"pokemon": [darkrai]}, "side_two": {"pokemon": [snorlax]}}
-    async with EnginePool(4, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    r = await _turn(4, spec, "protect", "protect")
     # (Snorlax may wake and act, which changes nothing here: Protect)
     assert {after["side_two"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {300}
 
@@ -155,8 +157,7 @@ async def test_black_sludge_on_a_pokemon_that_is_not_poison_takes_an_eighth():
     build.ensure(9)
     spec = {"side_one": {"pokemon": [_mon("snorlax", "blacksludge", 320)]},
             "side_two": {"pokemon": [_mon("blissey", "none", 320)]}}
-    async with EnginePool(9, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "protect"]]}, 5.0)
+    r = await _turn(9, spec, "protect", "protect")
     assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {280}
 
 
@@ -181,8 +182,7 @@ async def test_a_move_of_2_to_5_hits_branches_on_its_count_as_showdown_draws_it(
     attacker = {**_mon("cloyster", item, 300, moves=("bulletseed",)), "ability": ability, "attack": 100}
     wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400, "ability": "shellarmor"}
     spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
-    async with EnginePool(gen, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["bulletseed", "splash"]]}, 5.0)
+    r = await _turn(gen, spec, "bulletseed", "splash")
     got = _hit_shares(r["outcomes"][0])
     assert got == pytest.approx(shares, abs=1e-3), got
     # and each count's damage is that many hits: the drops stand as 2 : 3 : 4 : 5 (or 4 : 5)
@@ -200,8 +200,7 @@ async def test_heal_block_stops_leftovers_and_black_sludge_healing(item, types, 
     mon = {**_mon("muk", item, 200), "types": types}
     spec = {"side_one": {"pokemon": [mon], "volatile_statuses": ["HEALBLOCK"]},
             "side_two": {"pokemon": [_mon("blissey", "none", 320, moves=("splash",))]}}
-    async with EnginePool(gen, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["protect", "splash"]]}, 5.0)
+    r = await _turn(gen, spec, "protect", "splash")
     assert {after["side_one"]["pokemon"][0]["hp"] for _, after in r["outcomes"][0]} == {200 + healed}
 
 
@@ -215,8 +214,7 @@ async def test_triple_axel_and_population_bomb_hit_until_one_misses(move, item, 
     attacker = {**_mon("weavile", item, 300, moves=(move,)), "attack": 100}
     wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400, "ability": "shellarmor"}
     spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
-    async with EnginePool(9, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [[move, "splash"]]}, 5.0)
+    r = await _turn(9, spec, move, "splash")
     assert _hit_shares(r["outcomes"][0]) == pytest.approx(shares, abs=1e-3)
 
 
@@ -226,8 +224,7 @@ async def test_triple_axel_s_hits_grow_20_40_60():
     attacker = {**_mon("weavile", "none", 300, moves=("tripleaxel",)), "attack": 300}
     wall = {**_mon("blissey", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 100, "ability": "shellarmor"}
     spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
-    async with EnginePool(9, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["tripleaxel", "splash"]]}, 5.0)
+    r = await _turn(9, spec, "tripleaxel", "splash")
     drops = sorted({700 - a["side_two"]["pokemon"][0]["hp"] for _, a in r["outcomes"][0]} - {0})
     assert len(drops) == 3 and [d / drops[2] for d in drops] == pytest.approx([1 / 6, 1 / 2, 1], abs=0.04), drops
 
@@ -240,8 +237,7 @@ async def test_no_end_of_turn_once_the_last_foe_has_fainted(gen):
     ours = {**_mon("snorlax", "none", 200, "burn", moves=("tackle",)), "speed": 300}
     last = {**_mon("blissey", "none", 1, moves=("splash",)), "speed": 100}
     spec = {"side_one": {"pokemon": [ours]}, "side_two": {"pokemon": [last]}}
-    async with EnginePool(gen, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["tackle", "splash"]]}, 5.0)
+    r = await _turn(gen, spec, "tackle", "splash")
     assert {(a["side_one"]["pokemon"][0]["hp"], a["side_two"]["pokemon"][0]["hp"]) for _, a in r["outcomes"][0]} == {(200, 0)}
 
 
@@ -266,8 +262,7 @@ async def test_tera_shell_at_full_hp_makes_every_damaging_move_not_very_effectiv
                     "ability": ability}
             attacker = {**_mon("conkeldurr", "none", 300, moves=("closecombat",)), "attack": 150}
             spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
-            async with EnginePool(9, workers=1) as pool:
-                r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
+            r = await _turn(9, spec, "closecombat", "splash")
             drops[ability, hp] = sum(p / 100 * (hp - a["side_two"]["pokemon"][0]["hp"]) for p, a in r["outcomes"][0])
     assert drops["terashell", 700] / drops["none", 700] == pytest.approx(0.25, abs=0.03)
     assert drops["terashell", 699] == pytest.approx(drops["none", 699], rel=0.01)
@@ -275,8 +270,7 @@ async def test_tera_shell_at_full_hp_makes_every_damaging_move_not_very_effectiv
     wall = {**_mon("terapagosterastal", "none", 700, moves=("splash",)), "maxhp": 700, "defense": 400,
             "ability": "terashell", "terastallized": True, "tera_type": "normal"}
     spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
-    async with EnginePool(9, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
+    r = await _turn(9, spec, "closecombat", "splash")
     tera = sum(p / 100 * (700 - a["side_two"]["pokemon"][0]["hp"]) for p, a in r["outcomes"][0])
     assert tera == pytest.approx(drops["none", 700], rel=0.01)
 
@@ -291,8 +285,7 @@ async def test_a_speed_tie_plays_both_orders_with_the_same_moves():
                 "ability": "multiscale"}
         attacker = {**_mon("conkeldurr", "none", 300, moves=("closecombat",)), "attack": 150, "speed": speed}
         spec = {"side_one": {"pokemon": [attacker]}, "side_two": {"pokemon": [wall]}}
-        async with EnginePool(9, workers=1) as pool:
-            r = await pool.request({"op": "instructions", "state": spec, "pairs": [["closecombat", "splash"]]}, 5.0)
+        r = await _turn(9, spec, "closecombat", "splash")
         lands[speed] = {a["side_two"]["pokemon"][0]["hp"] for _, a in r["outcomes"][0]}
     assert lands[200] == lands[300] and len(lands[300]) == 2  # a roll and a crit
 
@@ -304,7 +297,6 @@ async def test_in_a_speed_tie_bolt_beak_doubles_in_the_order_it_moves_first():
     ours = {**_mon("snorlax", "none", 320, moves=("splash",)), "speed": 200, "ability": "shellarmor"}
     theirs = {**_mon("dracozolt", "none", 320, moves=("boltbeak",)), "speed": 200}
     spec = {"side_one": {"pokemon": [ours]}, "side_two": {"pokemon": [theirs]}}
-    async with EnginePool(9, workers=1) as pool:
-        r = await pool.request({"op": "instructions", "state": spec, "pairs": [["splash", "boltbeak"]]}, 5.0)
+    r = await _turn(9, spec, "splash", "boltbeak")
     shares = _hit_shares(r["outcomes"][0], side="side_one")  # by HP left: the doubled hit last
     assert shares == pytest.approx([0.5, 0.5], abs=0.01), shares

@@ -14,13 +14,14 @@
   Trick Room reverses it). A side with no Pokémon left has ended the battle: no end of turn.
 * **Black Sludge** on a Pokémon that is not Poison takes an eighth of its max HP, as Showdown
   does (the engine took a sixteenth, and at most the HP it was missing); **Heal Block** stops
-  Leftovers and Black Sludge healing (``items.rs``).
+  Leftovers and Black Sludge healing in gens 5-9 (``items.rs``).
 * **Multi-hit moves** branch on their hit count as Showdown draws it (2-5 hits: 35/35/15/15%,
   gen 4 3/8, 3/8, 1/8, 1/8; Loaded Dice 4 or 5; Triple Axel and Population Bomb: until a hit
-  misses); the engine hit 3 times always.
+  misses; Triple Axel's hits 20, 40 and 60 base power); the engine hit 3 times always.
 * **Speed ties**: the second order plays the choices as they were, not as the first order's
-  move left them (a defender's Multiscale counted twice).
-* **Tera Shell** (``abilities.rs``): at full HP every damaging move is not very effective.
+  move left them (a defender's Multiscale counted twice, a Bolt Beak moving first did not double).
+* **Tera Shell** (``abilities.rs``): at full HP every damaging move is not very effective, until
+  Terapagos terastallizes (on the base power: items still read the move's own effectiveness).
 
 Measured on the agreement corpus in docs/search.md.
 
